@@ -1,0 +1,68 @@
+//! The crate's one error type. Every fallible operation returns [`Result`]; the Python layer
+//! maps each variant to one exception class in `src/python/errors.rs` (and nowhere else).
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in reprolm, with the file, tensor, key or setting at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The path does not exist.
+    #[error("no such file: {0}")]
+    FileNotFound(PathBuf),
+
+    /// Any other I/O failure (permission, directory instead of file, ...).
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The bytes are not a well-formed GGUF file (bad magic, truncated, absurd counts, ...).
+    #[error("invalid GGUF file: {0}")]
+    Format(String),
+
+    /// A well-formed GGUF using something reprolm does not implement.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
+    /// A tensor whose ggml type id reprolm does not know or cannot compute with.
+    #[error("tensor '{tensor}' has unsupported ggml type {type_id}")]
+    UnknownTensorType { tensor: String, type_id: u32 },
+
+    /// Metadata required to build the model or tokenizer is missing or inconsistent.
+    #[error("invalid model: {0}")]
+    Model(String),
+
+    /// Tokenizer construction or encoding/decoding failure.
+    #[error("tokenizer error: {0}")]
+    Tokenizer(String),
+
+    /// A token id outside `0..vocab_size`.
+    #[error("token id {id} is out of range for a vocabulary of {vocab_size}")]
+    TokenOutOfRange { id: i64, vocab_size: usize },
+
+    /// An empty prompt where at least one token is required.
+    #[error("the prompt is empty: at least one token is required")]
+    EmptyPrompt,
+
+    /// A setting outside its allowed range; `name` is the setting as the user spells it.
+    #[error("invalid value for '{name}': {message}")]
+    InvalidArgument { name: String, message: String },
+
+    /// The sequence would outgrow the KV cache.
+    #[error("context overflow: {requested} tokens requested, at most {allowed} fit")]
+    ContextOverflow { requested: usize, allowed: usize },
+
+    /// Generation was interrupted by the caller (e.g. Ctrl-C).
+    #[error("interrupted")]
+    Interrupted,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn invalid_argument(name: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidArgument { name: name.into(), message: message.into() }
+    }
+}

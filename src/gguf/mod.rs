@@ -1,0 +1,12 @@
+//! GGUF files: a bounded reader over a memory map (and, later, a writer).
+//!
+//! Layout (versions 2 and 3, little endian): magic `GGUF`, u32 version, u64 tensor count,
+//! u64 metadata count, the metadata key/value pairs, the tensor infos (name, n_dims, dims
+//! with the contiguous axis first, ggml type, offset relative to the data section), padding to
+//! `general.alignment` (default 32), then the data section.
+
+mod reader;
+mod value;
+
+pub use reader::{GgufFile, TensorInfo};
+pub use value::{MetadataValue, ValueType};

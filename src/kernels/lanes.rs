@@ -1,0 +1,280 @@
+//! The 16-lane vector that every kernel is written against, with one implementation per
+//! instruction set. All three perform the same IEEE operations lane by lane (`mul`, fused
+//! `fma`, `add`) and reduce with the same tree, so they produce the same bits: the scalar
+//! implementation is the twin that the SIMD ones are tested against.
+//!
+//! Weight unpacking converts small integers or f16/bf16 values to f32, which is exact.
+
+/// Sixteen f32 lanes. Every method is `unsafe` because the SIMD implementations may only run
+/// on a CPU with their features; callers go through [`super::Isa`], which checked them.
+pub trait Lanes16: Copy {
+    unsafe fn zero() -> Self;
+    unsafe fn splat(v: f32) -> Self;
+    /// Broadcasts one little-endian f16 (exactly converted).
+    unsafe fn splat_f16(b: [u8; 2]) -> Self;
+    /// Loads 16 consecutive f32 (unaligned).
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(self, p: *mut f32);
+    unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn mul(a: Self, b: Self) -> Self;
+    /// `a * b + c` with a single rounding.
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    /// `((l0 + l8) + (l4 + l12)) + ...`: lanes l and l + h added for h = 8, 4, 2, 1.
+    unsafe fn reduce(self) -> f32;
+    /// 16 bytes of packed nibbles: (low nibbles + offset, high nibbles + offset).
+    unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self);
+    /// 32 signed bytes: (first 16, last 16).
+    unsafe fn i8x32(qs: *const i8) -> (Self, Self);
+    /// 16 little-endian f16 values.
+    unsafe fn f16x16(p: *const u8) -> Self;
+    /// 16 little-endian bf16 values.
+    unsafe fn bf16x16(p: *const u8) -> Self;
+}
+
+/// The portable twin: plain arrays and `f32::mul_add`.
+#[derive(Clone, Copy)]
+pub struct Scalar16([f32; 16]);
+
+impl Lanes16 for Scalar16 {
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        Scalar16([0.0; 16])
+    }
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        Scalar16([v; 16])
+    }
+    #[inline(always)]
+    unsafe fn splat_f16(b: [u8; 2]) -> Self {
+        Scalar16([half::f16::from_le_bytes(b).to_f32(); 16])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Scalar16(std::ptr::read_unaligned(p.cast::<[f32; 16]>()))
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        std::ptr::write_unaligned(p.cast::<[f32; 16]>(), self.0)
+    }
+    #[inline(always)]
+    unsafe fn add(a: Self, b: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| a.0[l] + b.0[l]))
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self, b: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| a.0[l] * b.0[l]))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| a.0[l].mul_add(b.0[l], c.0[l])))
+    }
+    #[inline(always)]
+    unsafe fn reduce(self) -> f32 {
+        let mut v = self.0;
+        for h in [8, 4, 2, 1] {
+            for l in 0..h {
+                v[l] += v[l + h];
+            }
+        }
+        v[0]
+    }
+    #[inline(always)]
+    unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self) {
+        let q = std::ptr::read_unaligned(qs.cast::<[u8; 16]>());
+        (
+            Scalar16(std::array::from_fn(|l| ((q[l] & 0x0F) as i32 + offset) as f32)),
+            Scalar16(std::array::from_fn(|l| ((q[l] >> 4) as i32 + offset) as f32)),
+        )
+    }
+    #[inline(always)]
+    unsafe fn i8x32(qs: *const i8) -> (Self, Self) {
+        let q = std::ptr::read_unaligned(qs.cast::<[i8; 32]>());
+        (
+            Scalar16(std::array::from_fn(|l| q[l] as f32)),
+            Scalar16(std::array::from_fn(|l| q[l + 16] as f32)),
+        )
+    }
+    #[inline(always)]
+    unsafe fn f16x16(p: *const u8) -> Self {
+        let b = std::ptr::read_unaligned(p.cast::<[[u8; 2]; 16]>());
+        Scalar16(std::array::from_fn(|l| half::f16::from_le_bytes(b[l]).to_f32()))
+    }
+    #[inline(always)]
+    unsafe fn bf16x16(p: *const u8) -> Self {
+        let b = std::ptr::read_unaligned(p.cast::<[[u8; 2]; 16]>());
+        Scalar16(std::array::from_fn(|l| half::bf16::from_le_bytes(b[l]).to_f32()))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::{Avx2x2, Avx512};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Lanes16;
+    use std::arch::x86_64::*;
+
+    /// One AVX-512 register.
+    #[derive(Clone, Copy)]
+    pub struct Avx512(__m512);
+
+    impl Lanes16 for Avx512 {
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            Avx512(_mm512_setzero_ps())
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            Avx512(_mm512_set1_ps(v))
+        }
+        #[inline(always)]
+        unsafe fn splat_f16(b: [u8; 2]) -> Self {
+            Avx512(_mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(b) as i32))))
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            Avx512(_mm512_loadu_ps(p))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm512_storeu_ps(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn add(a: Self, b: Self) -> Self {
+            Avx512(_mm512_add_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn mul(a: Self, b: Self) -> Self {
+            Avx512(_mm512_mul_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            Avx512(_mm512_fmadd_ps(a.0, b.0, c.0))
+        }
+        #[inline(always)]
+        unsafe fn reduce(self) -> f32 {
+            let lo = _mm512_castps512_ps256(self.0);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(self.0), 1));
+            reduce8(_mm256_add_ps(lo, hi))
+        }
+        #[inline(always)]
+        unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self) {
+            let q = _mm_loadu_si128(qs.cast());
+            let mask = _mm_set1_epi8(0x0F);
+            let lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, mask));
+            let hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
+            let off = _mm512_set1_epi32(offset);
+            (
+                Avx512(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, off))),
+                Avx512(_mm512_cvtepi32_ps(_mm512_add_epi32(hi, off))),
+            )
+        }
+        #[inline(always)]
+        unsafe fn i8x32(qs: *const i8) -> (Self, Self) {
+            let lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(qs.cast()));
+            let hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(qs.add(16).cast()));
+            (Avx512(_mm512_cvtepi32_ps(lo)), Avx512(_mm512_cvtepi32_ps(hi)))
+        }
+        #[inline(always)]
+        unsafe fn f16x16(p: *const u8) -> Self {
+            Avx512(_mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
+        }
+        #[inline(always)]
+        unsafe fn bf16x16(p: *const u8) -> Self {
+            let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
+            Avx512(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)))
+        }
+    }
+
+    /// Two AVX2 registers: lanes 0..8 and 8..16.
+    #[derive(Clone, Copy)]
+    pub struct Avx2x2(__m256, __m256);
+
+    impl Lanes16 for Avx2x2 {
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            Avx2x2(_mm256_setzero_ps(), _mm256_setzero_ps())
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            let s = _mm256_set1_ps(v);
+            Avx2x2(s, s)
+        }
+        #[inline(always)]
+        unsafe fn splat_f16(b: [u8; 2]) -> Self {
+            let s = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(b) as i32)));
+            Avx2x2(s, s)
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            Avx2x2(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm256_storeu_ps(p, self.0);
+            _mm256_storeu_ps(p.add(8), self.1);
+        }
+        #[inline(always)]
+        unsafe fn add(a: Self, b: Self) -> Self {
+            Avx2x2(_mm256_add_ps(a.0, b.0), _mm256_add_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn mul(a: Self, b: Self) -> Self {
+            Avx2x2(_mm256_mul_ps(a.0, b.0), _mm256_mul_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            Avx2x2(_mm256_fmadd_ps(a.0, b.0, c.0), _mm256_fmadd_ps(a.1, b.1, c.1))
+        }
+        #[inline(always)]
+        unsafe fn reduce(self) -> f32 {
+            reduce8(_mm256_add_ps(self.0, self.1))
+        }
+        #[inline(always)]
+        unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self) {
+            let q = _mm_loadu_si128(qs.cast());
+            let mask = _mm_set1_epi8(0x0F);
+            let lo = _mm_and_si128(q, mask);
+            let hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+            let off = _mm256_set1_epi32(offset);
+            let cvt = |v: __m128i| {
+                let a = _mm256_add_epi32(_mm256_cvtepu8_epi32(v), off);
+                let b = _mm256_add_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)), off);
+                Avx2x2(_mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b))
+            };
+            (cvt(lo), cvt(hi))
+        }
+        #[inline(always)]
+        unsafe fn i8x32(qs: *const i8) -> (Self, Self) {
+            let cvt = |p: *const i8| {
+                let v = _mm_loadu_si128(p.cast());
+                Avx2x2(
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
+                )
+            };
+            (cvt(qs), cvt(qs.add(16)))
+        }
+        #[inline(always)]
+        unsafe fn f16x16(p: *const u8) -> Self {
+            Avx2x2(_mm256_cvtph_ps(_mm_loadu_si128(p.cast())), _mm256_cvtph_ps(_mm_loadu_si128(p.add(16).cast())))
+        }
+        #[inline(always)]
+        unsafe fn bf16x16(p: *const u8) -> Self {
+            let cvt = |q: *const u8| {
+                let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(q.cast()));
+                _mm256_castsi256_ps(_mm256_slli_epi32(w, 16))
+            };
+            Avx2x2(cvt(p), cvt(p.add(16)))
+        }
+    }
+
+    /// Lanes l + l+4, then l + l+2, then l + l+1 of an 8-lane partial sum.
+    #[inline(always)]
+    unsafe fn reduce8(v: __m256) -> f32 {
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+        _mm_cvtss_f32(s1)
+    }
+}

@@ -1,0 +1,306 @@
+//! Matrix kernels: weight rows (any supported ggml type) against f32 activations.
+//!
+//! Every output element is one weight row dotted with one activation row, by the op sequence
+//! documented in [`groups`], whatever the ISA, the number of tokens in the call or the rows
+//! a thread was given. That is what makes logits independent of thread count, prefill
+//! chunking and instruction set.
+
+mod groups;
+mod lanes;
+
+use std::ops::Range;
+
+use groups::{Bf16Group, F16Group, F32Group, Fold, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
+pub use lanes::{Lanes16, Scalar16};
+
+use crate::error::{Error, Result};
+use crate::tensor::GgmlType;
+
+/// Values per weight group; matrix widths must be multiples of it.
+pub const GROUP: usize = 32;
+/// Tokens whose activations stay cache-resident while a block of weight rows streams past.
+const TOKEN_BLOCK: usize = 64;
+
+/// The instruction set the kernels run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+impl Isa {
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Isa> {
+        match name.to_ascii_lowercase().as_str() {
+            "scalar" => Ok(Isa::Scalar),
+            "avx2" => Ok(Isa::Avx2),
+            "avx512" => Ok(Isa::Avx512),
+            _ => Err(Error::invalid_argument("isa", format!("'{name}' is not one of scalar, avx2, avx512"))),
+        }
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Isa::Avx2.available() && is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The fastest available path.
+    pub fn best() -> Isa {
+        [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.available()).unwrap_or(Isa::Scalar)
+    }
+
+    /// `requested` if given (an error if this CPU lacks it), else `REPROLM_ISA`, else the best.
+    pub fn select(requested: Option<&str>) -> Result<Isa> {
+        let env = std::env::var("REPROLM_ISA").ok().filter(|s| !s.is_empty());
+        match requested.or(env.as_deref()) {
+            None => Ok(Isa::best()),
+            Some(name) => {
+                let isa = Isa::parse(name)?;
+                if isa.available() {
+                    Ok(isa)
+                } else {
+                    Err(Error::Unsupported(format!("this CPU cannot run the {} kernels", isa.name())))
+                }
+            }
+        }
+    }
+}
+
+/// A borrowed weight matrix: `rows` rows of `cols` values of type `ty`, row-major.
+#[derive(Clone, Copy)]
+pub struct MatRef<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    /// [rows][ty.row_bytes(cols)]
+    pub data: &'a [u8],
+}
+
+impl MatRef<'_> {
+    pub fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.cols)
+    }
+}
+
+/// Activation rows prepared for the kernels.
+pub struct Activations<'a> {
+    /// [n_tokens][cols]
+    pub x: &'a [f32],
+    /// [n_tokens][cols / 2]: per-lane group sums, see [`lane_sums`].
+    pub xs: &'a [f32],
+    pub n_tokens: usize,
+    pub cols: usize,
+}
+
+/// `xs[16g + l] = x[32g + l] + x[32g + 16 + l]` for one row (used by Q4_1's offset term).
+pub fn lane_sums(x: &[f32], xs: &mut [f32]) {
+    debug_assert_eq!(x.len(), 2 * xs.len());
+    for (g, s) in x.chunks_exact(GROUP).zip(xs.chunks_exact_mut(GROUP / 2)) {
+        for l in 0..GROUP / 2 {
+            s[l] = g[l] + g[l + GROUP / 2];
+        }
+    }
+}
+
+/// Raw output pointer shared by threads that write disjoint elements.
+#[derive(Clone, Copy)]
+pub struct OutPtr {
+    pub ptr: *mut f32,
+    /// Distance between consecutive tokens' outputs.
+    pub token_stride: usize,
+}
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// For every row `r` in `rows` and token `t`: `out[t * token_stride + r] = dot(W[r], x[t])`.
+///
+/// # Safety
+/// `out` must be valid for those writes, and no other thread may touch those elements.
+pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+    assert_eq!(w.cols, act.cols);
+    assert!(w.cols % GROUP == 0 && rows.end <= w.rows);
+    assert_eq!(w.data.len(), w.rows * w.row_bytes());
+    assert!(act.x.len() >= act.n_tokens * act.cols);
+    assert!(w.ty != GgmlType::Q4_1 || act.xs.len() >= act.n_tokens * act.cols / 2);
+    match isa {
+        Isa::Scalar => by_type::<Scalar16>(w, act, rows, out),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::avx2(w, act, rows, out),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86::avx512(w, act, rows, out),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("no SIMD path on this architecture"),
+    }
+}
+
+/// `out = sum_r weights[r] * V[r]` over the rows of `v` in index order, lane-wise fused
+/// multiply-adds starting from zero (attention's weighted sum of values). `v` must be F32 or F16.
+pub fn weighted_row_sum(isa: Isa, weights: &[f32], v: &MatRef, out: &mut [f32]) {
+    assert!(weights.len() <= v.rows && out.len() == v.cols && v.cols % GROUP == 0);
+    assert!(matches!(v.ty, GgmlType::F32 | GgmlType::F16));
+    assert_eq!(v.data.len(), v.rows * v.row_bytes());
+    // SAFETY: bounds asserted above; the ISA was checked when it was selected.
+    unsafe {
+        match isa {
+            Isa::Scalar => axpy_by_type::<Scalar16>(weights, v, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::avx2_axpy(weights, v, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86::avx512_axpy(weights, v, out),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("no SIMD path on this architecture"),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn axpy_by_type<L: Lanes16>(weights: &[f32], v: &MatRef, out: &mut [f32]) {
+    match v.ty {
+        GgmlType::F16 => axpy::<L, F16Group>(weights, v, out),
+        _ => axpy::<L, F32Group>(weights, v, out),
+    }
+}
+
+#[inline(always)]
+unsafe fn axpy<L: Lanes16, W: WeightGroup>(weights: &[f32], v: &MatRef, out: &mut [f32]) {
+    let row_bytes = v.row_bytes();
+    for g in 0..v.cols / GROUP {
+        let (mut lo, mut hi) = (L::zero(), L::zero());
+        for (r, &a) in weights.iter().enumerate() {
+            let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::BYTES));
+            let a = L::splat(a);
+            lo = L::fma(a, v_lo, lo);
+            hi = L::fma(a, v_hi, hi);
+        }
+        lo.store(out.as_mut_ptr().add(g * GROUP));
+        hi.store(out.as_mut_ptr().add(g * GROUP + GROUP / 2));
+    }
+}
+
+/// Views f32 values as their native bytes (the kernels read F32 weights from bytes).
+pub fn f32_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use super::lanes::{Avx2x2, Avx512};
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn avx2(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+        by_type::<Avx2x2>(w, act, rows, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    pub unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+        by_type::<Avx512>(w, act, rows, out)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn avx2_axpy(weights: &[f32], v: &MatRef, out: &mut [f32]) {
+        axpy_by_type::<Avx2x2>(weights, v, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    pub unsafe fn avx512_axpy(weights: &[f32], v: &MatRef, out: &mut [f32]) {
+        axpy_by_type::<Avx512>(weights, v, out)
+    }
+}
+
+#[inline(always)]
+unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+    match w.ty {
+        GgmlType::F32 => tiles::<L, F32Group>(w, act, rows, out),
+        GgmlType::F16 => tiles::<L, F16Group>(w, act, rows, out),
+        GgmlType::BF16 => tiles::<L, Bf16Group>(w, act, rows, out),
+        GgmlType::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out),
+        GgmlType::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out),
+        GgmlType::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out),
+    }
+}
+
+/// Walks token blocks, then rows, then tiles of up to 4 tokens sharing each unpacked group.
+#[inline(always)]
+unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+    let row_bytes = w.row_bytes();
+    let cols = act.cols;
+    for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
+        let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
+        for r in rows.clone() {
+            let row = w.data.as_ptr().add(r * row_bytes);
+            let mut t = t_block;
+            while t < t_end {
+                let x = act.x.as_ptr().add(t * cols);
+                let xs = act.xs.as_ptr().add(t * cols / 2);
+                let o = out.ptr.add(t * out.token_stride + r);
+                let n = match t_end - t {
+                    1 => tile::<L, W, 1>(row, cols, x, xs, o, out.token_stride),
+                    2 => tile::<L, W, 2>(row, cols, x, xs, o, out.token_stride),
+                    3 => tile::<L, W, 3>(row, cols, x, xs, o, out.token_stride),
+                    _ => tile::<L, W, 4>(row, cols, x, xs, o, out.token_stride),
+                };
+                t += n;
+            }
+        }
+    }
+}
+
+/// One weight row against `NT` consecutive tokens; returns `NT`.
+#[inline(always)]
+unsafe fn tile<L: Lanes16, W: WeightGroup, const NT: usize>(
+    row: *const u8,
+    cols: usize,
+    x: *const f32,
+    xs: *const f32,
+    out: *mut f32,
+    out_stride: usize,
+) -> usize {
+    let mut acc = [L::zero(); NT];
+    for g in 0..cols / GROUP {
+        let p = row.add(g * W::BYTES);
+        let (w_lo, w_hi) = W::unpack::<L>(p);
+        let d = if W::FOLD == Fold::Plain { L::zero() } else { W::scale::<L>(p) };
+        let m = if W::FOLD == Fold::ScaledMin { W::min::<L>(p) } else { L::zero() };
+        for (t, a) in acc.iter_mut().enumerate() {
+            let xt = x.add(t * cols + g * GROUP);
+            let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
+            match W::FOLD {
+                Fold::Plain => {
+                    *a = L::fma(x_lo, w_lo, *a);
+                    *a = L::fma(x_hi, w_hi, *a);
+                }
+                Fold::Scaled | Fold::ScaledMin => {
+                    let s = L::fma(x_hi, w_hi, L::mul(x_lo, w_lo));
+                    *a = L::fma(d, s, *a);
+                    if W::FOLD == Fold::ScaledMin {
+                        *a = L::fma(m, L::load(xs.add(t * cols / 2 + g * GROUP / 2)), *a);
+                    }
+                }
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        *out.add(t * out_stride) = a.reduce();
+    }
+    NT
+}

@@ -1,0 +1,15 @@
+//! reprolm: bitwise-reproducible CPU inference for Llama-family GGUF models.
+//!
+//! Data flow: [`gguf::GgufFile`] (bounded parse over a memory map) -> [`model::ModelConfig`]
+//! and [`model::LlamaWeights`] (typed views of the file) -> [`model::Llama::forward`] over a
+//! [`model::KvCache`] -> logits. The kernels in [`kernels`] compute every output with one
+//! fixed op sequence, so results do not depend on thread count, batch size or ISA.
+
+pub mod error;
+pub mod gguf;
+pub mod kernels;
+pub mod model;
+pub mod tensor;
+pub mod threads;
+
+pub use error::{Error, Result};

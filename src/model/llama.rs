@@ -1,0 +1,317 @@
+//! The Llama forward pass over a batch of consecutive positions.
+//!
+//! Per layer: RMSNorm -> Q, K, V projections -> RoPE (ggml "normal" mode: adjacent pairs
+//! rotate) -> K, V written to the cache -> causal grouped-query attention over the cache ->
+//! output projection + residual -> RMSNorm -> SwiGLU feed-forward + residual. Activations
+//! are f32 throughout. Parallel phases split only independent outputs (matrix rows,
+//! (token, head) pairs), so each value has one op sequence whatever the thread count or
+//! the number of tokens per call.
+
+use super::config::ModelConfig;
+use super::kv_cache::KvCache;
+use super::weights::{LlamaWeights, Matrix};
+use crate::error::{Error, Result};
+use crate::kernels::{lane_sums, matmul_rows, weighted_row_sum, Activations, Isa, OutPtr};
+use crate::threads::{split, ThreadPool};
+
+/// Which positions of a forward call need logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitRows {
+    /// Every position (`Model::logits`).
+    All,
+    /// Only the last (generation).
+    Last,
+    /// None (prefill of a prefix).
+    None,
+}
+
+/// A Llama model: configuration, weights and the kernel path to run on.
+pub struct Llama {
+    pub config: ModelConfig,
+    pub weights: LlamaWeights,
+    pub isa: Isa,
+}
+
+/// Reusable buffers for forward calls; grown to the largest batch seen.
+#[derive(Default)]
+pub struct Scratch {
+    n_tokens: usize,
+    /// [T][d_model] residual stream
+    x: Vec<f32>,
+    /// [T][d_model] normalised input of the current matmul
+    xn: Vec<f32>,
+    /// [T][max(d_model, ffn_dim) / 2] lane sums of the current matmul input
+    xs: Vec<f32>,
+    /// [T][d_model]
+    q: Vec<f32>,
+    /// [T][d_kv]
+    k: Vec<f32>,
+    /// [T][d_kv]
+    v: Vec<f32>,
+    /// [T][d_model] attention output (heads concatenated)
+    att: Vec<f32>,
+    /// [T][d_model] projection output before the residual add
+    proj: Vec<f32>,
+    /// [T][ffn_dim]
+    gate: Vec<f32>,
+    /// [T][ffn_dim]
+    up: Vec<f32>,
+    /// [T][head_dim / 2] rotation of each pair at each position
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+    /// [n_threads][capacity] attention scores
+    scores: Vec<f32>,
+    /// [rows needing logits][vocab_size]
+    pub logits: Vec<f32>,
+}
+
+impl Scratch {
+    fn ensure(&mut self, cfg: &ModelConfig, n_tokens: usize, n_threads: usize, capacity: usize) {
+        let grow = |v: &mut Vec<f32>, n: usize| {
+            if v.len() < n {
+                v.resize(n, 0.0);
+            }
+        };
+        let t = n_tokens;
+        grow(&mut self.x, t * cfg.d_model);
+        grow(&mut self.xn, t * cfg.d_model.max(cfg.ffn_dim));
+        grow(&mut self.xs, t * cfg.d_model.max(cfg.ffn_dim) / 2);
+        grow(&mut self.q, t * cfg.d_model);
+        grow(&mut self.k, t * cfg.d_kv());
+        grow(&mut self.v, t * cfg.d_kv());
+        grow(&mut self.att, t * cfg.d_model);
+        grow(&mut self.proj, t * cfg.d_model);
+        grow(&mut self.gate, t * cfg.ffn_dim);
+        grow(&mut self.up, t * cfg.ffn_dim);
+        grow(&mut self.rope_cos, t * cfg.head_dim / 2);
+        grow(&mut self.rope_sin, t * cfg.head_dim / 2);
+        grow(&mut self.scores, n_threads * capacity);
+        self.n_tokens = t;
+    }
+}
+
+/// Raw pointer for threads writing disjoint parts of one buffer.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl Llama {
+    /// Runs `tokens` at positions `cache.len()..` and appends them to the cache. Logits of
+    /// the requested rows are left in `scratch.logits` ([rows][vocab_size]).
+    pub fn forward(
+        &self,
+        pool: &ThreadPool,
+        cache: &mut KvCache,
+        scratch: &mut Scratch,
+        tokens: &[u32],
+        rows: LogitRows,
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let t_n = tokens.len();
+        if t_n == 0 {
+            return Err(Error::EmptyPrompt);
+        }
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return Err(Error::TokenOutOfRange { id: bad.into(), vocab_size: cfg.vocab_size });
+        }
+        let p0 = cache.len();
+        if p0 + t_n > cache.capacity() {
+            return Err(Error::ContextOverflow { requested: p0 + t_n, allowed: cache.capacity() });
+        }
+        scratch.ensure(cfg, t_n, pool.n_threads(), cache.capacity());
+        let (d, dkv, hd, ff) = (cfg.d_model, cfg.d_kv(), cfg.head_dim, cfg.ffn_dim);
+        let w = &self.weights;
+
+        for (t, &id) in tokens.iter().enumerate() {
+            w.dequantize_matrix_row(&w.token_embd, id as usize, &mut scratch.x[t * d..(t + 1) * d]);
+        }
+        self.rope_table(scratch, p0, t_n);
+
+        for (l, lw) in w.layers.iter().enumerate() {
+            // Attention block.
+            rms_norm_rows(&scratch.x, &lw.attn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
+            prepare(&scratch.xn, d, t_n, &mut scratch.xs);
+            self.matmuls(
+                pool,
+                &scratch.xn,
+                &scratch.xs,
+                t_n,
+                &[(&lw.wq, &mut scratch.q), (&lw.wk, &mut scratch.k), (&lw.wv, &mut scratch.v)],
+            );
+            for t in 0..t_n {
+                let (cos, sin) = (&scratch.rope_cos[t * hd / 2..], &scratch.rope_sin[t * hd / 2..]);
+                rope(&mut scratch.q[t * d..(t + 1) * d], hd, cos, sin);
+                rope(&mut scratch.k[t * dkv..(t + 1) * dkv], hd, cos, sin);
+                cache.write(l, p0 + t, &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
+            }
+            self.attention(pool, cache, scratch, l, p0, t_n);
+            prepare(&scratch.att, d, t_n, &mut scratch.xs);
+            self.matmuls(pool, &scratch.att, &scratch.xs, t_n, &[(&lw.wo, &mut scratch.proj)]);
+            add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
+
+            // Feed-forward block.
+            rms_norm_rows(&scratch.x, &lw.ffn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
+            prepare(&scratch.xn, d, t_n, &mut scratch.xs);
+            self.matmuls(
+                pool,
+                &scratch.xn,
+                &scratch.xs,
+                t_n,
+                &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
+            );
+            for (g, &u) in scratch.gate[..t_n * ff].iter_mut().zip(&scratch.up[..t_n * ff]) {
+                *g = silu(*g) * u;
+            }
+            prepare(&scratch.gate, ff, t_n, &mut scratch.xs);
+            self.matmuls(pool, &scratch.gate, &scratch.xs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
+            add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
+        }
+        cache.set_len(p0 + t_n);
+
+        let first = match rows {
+            LogitRows::None => return Ok(()),
+            LogitRows::All => 0,
+            LogitRows::Last => t_n - 1,
+        };
+        let n_out = t_n - first;
+        rms_norm_rows(&scratch.x[first * d..], &w.output_norm, cfg.rms_eps, n_out, d, &mut scratch.xn);
+        prepare(&scratch.xn, d, n_out, &mut scratch.xs);
+        let mut logits = std::mem::take(&mut scratch.logits);
+        logits.resize(n_out * cfg.vocab_size, 0.0);
+        self.matmuls(pool, &scratch.xn, &scratch.xs, n_out, &[(&w.output, &mut logits)]);
+        scratch.logits = logits;
+        Ok(())
+    }
+
+    /// cos and sin of `pos * base^(-2i / head_dim)` for each position and pair `i`,
+    /// computed in f64 and rounded once.
+    fn rope_table(&self, s: &mut Scratch, p0: usize, t_n: usize) {
+        let cfg = &self.config;
+        let half = cfg.head_dim / 2;
+        for t in 0..t_n {
+            let pos = (p0 + t) as f64;
+            for i in 0..half {
+                let theta = (cfg.rope_base as f64).powf(-2.0 * i as f64 / cfg.head_dim as f64);
+                let (sin, cos) = (pos * theta).sin_cos();
+                s.rope_cos[t * half + i] = cos as f32;
+                s.rope_sin[t * half + i] = sin as f32;
+            }
+        }
+    }
+
+    /// One parallel phase: several matrices applied to the same `t_n` input rows, their
+    /// output rows concatenated and split evenly across the pool.
+    fn matmuls(&self, pool: &ThreadPool, x: &[f32], xs: &[f32], t_n: usize, jobs: &[(&Matrix, &mut Vec<f32>)]) {
+        let cols = jobs[0].0.cols;
+        let act = Activations { x, xs, n_tokens: t_n, cols };
+        let mats: Vec<_> = jobs
+            .iter()
+            .map(|(m, out)| {
+                debug_assert!(m.cols == cols && out.len() >= t_n * m.rows);
+                (self.weights.mat(m), OutPtr { ptr: out.as_ptr() as *mut f32, token_stride: m.rows })
+            })
+            .collect();
+        let total: usize = mats.iter().map(|(m, _)| m.rows).sum();
+        let n = pool.n_threads();
+        pool.run(|i| {
+            let mine = split(total, i, n);
+            let mut base = 0;
+            for (m, out) in &mats {
+                let (lo, hi) = (mine.start.max(base), mine.end.min(base + m.rows));
+                if lo < hi {
+                    // SAFETY: each (token, row) output is written by exactly one thread, and
+                    // the buffers outlive the phase.
+                    unsafe { matmul_rows(self.isa, m, &act, lo - base..hi - base, *out) };
+                }
+                base += m.rows;
+            }
+        });
+    }
+
+    /// Causal attention of the `t_n` new positions (starting at `p0`) over the cache,
+    /// parallel over (token, head) pairs. Output in `scratch.att`.
+    fn attention(&self, pool: &ThreadPool, cache: &KvCache, s: &mut Scratch, layer: usize, p0: usize, t_n: usize) {
+        let cfg = &self.config;
+        let (d, hd) = (cfg.d_model, cfg.head_dim);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let capacity = cache.capacity();
+        let n = pool.n_threads();
+        let (q, att, scores) = (&s.q, SharedMut(s.att.as_mut_ptr()), SharedMut(s.scores.as_mut_ptr()));
+        pool.run(|i| {
+            let (att, scores) = (att, scores);
+            // SAFETY: thread i owns scores row i and the att slices of its (token, head) pairs.
+            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(i * capacity), capacity) };
+            for task in split(t_n * cfg.n_heads, i, n) {
+                let (t, h) = (task / cfg.n_heads, task % cfg.n_heads);
+                let g = h / cfg.group_size();
+                let n_keys = p0 + t + 1;
+                let query = &q[t * d + h * hd..t * d + (h + 1) * hd];
+                let keys = cache.keys(layer, g, n_keys);
+                let act = Activations { x: query, xs: &[], n_tokens: 1, cols: hd };
+                let sc = &mut scores[..n_keys];
+                // SAFETY: n_keys outputs into this thread's own scores row.
+                unsafe { matmul_rows(self.isa, &keys, &act, 0..n_keys, OutPtr { ptr: sc.as_mut_ptr(), token_stride: 1 }) };
+                softmax_scaled(sc, scale);
+                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * d + h * hd), hd) };
+                weighted_row_sum(self.isa, sc, &cache.values(layer, g, n_keys), out);
+            }
+        });
+    }
+}
+
+/// `x_t / rms(x_t) * weight` for each of `t_n` rows, the mean square accumulated in f64.
+fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, t_n: usize, d: usize, out: &mut [f32]) {
+    for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(t_n) {
+        let mean_sq = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / d as f64;
+        let inv = (1.0 / (mean_sq + eps as f64).sqrt()) as f32;
+        for ((o, &v), &w) in o.iter_mut().zip(row).zip(weight) {
+            *o = (v * inv) * w;
+        }
+    }
+}
+
+/// Lane sums of each input row, for the Q4_1 kernels.
+fn prepare(x: &[f32], cols: usize, t_n: usize, xs: &mut [f32]) {
+    for t in 0..t_n {
+        lane_sums(&x[t * cols..(t + 1) * cols], &mut xs[t * cols / 2..(t + 1) * cols / 2]);
+    }
+}
+
+/// Rotates adjacent pairs (2i, 2i + 1) of every head in `x` ([heads][head_dim]).
+fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
+    for head in x.chunks_exact_mut(hd) {
+        for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+            let (a, b) = (pair[0], pair[1]);
+            pair[0] = a * cos[i] - b * sin[i];
+            pair[1] = a * sin[i] + b * cos[i];
+        }
+    }
+}
+
+/// In place: `softmax(scale * s)`, max-subtracted, summed in index order.
+fn softmax_scaled(s: &mut [f32], scale: f32) {
+    let mut max = f32::NEG_INFINITY;
+    for v in s.iter_mut() {
+        *v *= scale;
+        max = max.max(*v);
+    }
+    let mut sum = 0f32;
+    for v in s.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in s.iter_mut() {
+        *v /= sum;
+    }
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+fn add_assign(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,11 @@
+//! Llama-family models: configuration, weights, KV cache and the forward pass.
+
+pub mod config;
+pub mod kv_cache;
+pub mod llama;
+pub mod weights;
+
+pub use config::ModelConfig;
+pub use kv_cache::KvCache;
+pub use llama::{Llama, LogitRows, Scratch};
+pub use weights::LlamaWeights;

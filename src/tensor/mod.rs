@@ -1,0 +1,73 @@
+//! ggml tensor types, their block layouts and dequantization.
+
+mod blocks;
+mod dequant;
+
+pub use blocks::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+pub use dequant::dequantize_row;
+
+/// The ggml tensor types reprolm reads and computes with (ids as in ggml.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    BF16,
+}
+
+impl GgmlType {
+    pub const ALL: [GgmlType; 6] =
+        [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16];
+
+    pub fn from_id(id: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.id() == id)
+    }
+
+    pub fn id(self) -> u32 {
+        match self {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            GgmlType::Q4_0 => 2,
+            GgmlType::Q4_1 => 3,
+            GgmlType::Q8_0 => 8,
+            GgmlType::BF16 => 30,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "F32",
+            GgmlType::F16 => "F16",
+            GgmlType::Q4_0 => "Q4_0",
+            GgmlType::Q4_1 => "Q4_1",
+            GgmlType::Q8_0 => "Q8_0",
+            GgmlType::BF16 => "BF16",
+        }
+    }
+
+    /// Values per block (1 for the float types).
+    pub fn block_size(self) -> usize {
+        match self {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => QK,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            GgmlType::Q4_0 => std::mem::size_of::<BlockQ4_0>(),
+            GgmlType::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
+            GgmlType::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
+        }
+    }
+
+    /// Bytes taken by a row of `n` values (`n` a multiple of the block size).
+    pub fn row_bytes(self, n: usize) -> usize {
+        n / self.block_size() * self.block_bytes()
+    }
+}

@@ -1,0 +1,71 @@
+//! Shared helpers for the integration tests: locating the model and reading reference data.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The default model: `REPROLM_MODEL`, else the cache the Python helper fills
+/// (`REPROLM_CACHE`, else `$XDG_CACHE_HOME/reprolm` or `~/.cache/reprolm`).
+pub fn model_path() -> PathBuf {
+    if let Ok(p) = std::env::var("REPROLM_MODEL") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var("REPROLM_CACHE").map(PathBuf::from).unwrap_or_else(|_| {
+        let base = std::env::var("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
+        base.join("reprolm")
+    });
+    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing: fetch it with `python -m reprolm download` (or set REPROLM_MODEL)",
+        path.display()
+    );
+    path
+}
+
+pub fn data_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+/// Reads a little-endian float32 C-order .npy file: (shape, values).
+pub fn read_npy_f32(name: &str) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(data_path(name)).expect("reference file");
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    assert!(header.contains("'<f4'") && header.contains("'fortran_order': False"), "{header}");
+    let shape_str = header.split("'shape': (").nth(1).unwrap().split(')').next().unwrap();
+    let shape: Vec<usize> = shape_str.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let data = bytes[10 + header_len..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    (shape, data)
+}
+
+pub struct Generation {
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    pub greedy_ids: Vec<u32>,
+    pub greedy_text: String,
+}
+
+pub fn generations() -> Vec<Generation> {
+    let text = std::fs::read_to_string(data_path("generations.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = |x: &serde_json::Value| x.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|g| Generation {
+            prompt: g["prompt"].as_str().unwrap().to_string(),
+            prompt_ids: ids(&g["prompt_ids"]),
+            greedy_ids: ids(&g["greedy_ids"]),
+            greedy_text: g["greedy_text"].as_str().unwrap().to_string(),
+        })
+        .collect()
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

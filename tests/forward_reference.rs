@@ -1,0 +1,75 @@
+//! The forward pass against the float32 reference logits, and its determinism.
+
+mod common;
+
+use common::*;
+use reprolm::gguf::GgufFile;
+use reprolm::kernels::Isa;
+use reprolm::model::{KvCache, Llama, LlamaWeights, LogitRows, ModelConfig, Scratch};
+use reprolm::threads::ThreadPool;
+
+fn load(isa: Isa) -> Llama {
+    let file = GgufFile::open(model_path()).unwrap();
+    let config = ModelConfig::from_gguf(&file).unwrap();
+    let weights = LlamaWeights::from_gguf(&file, &config).unwrap();
+    Llama { config, weights, isa }
+}
+
+fn logits(model: &Llama, threads: usize, chunks: &[&[u32]], rows: LogitRows) -> Vec<f32> {
+    let pool = ThreadPool::new(threads);
+    let mut cache = KvCache::new(&model.config, 512).unwrap();
+    let mut scratch = Scratch::default();
+    let mut out = Vec::new();
+    for c in chunks {
+        model.forward(&pool, &mut cache, &mut scratch, c, rows).unwrap();
+        out.extend_from_slice(&scratch.logits);
+    }
+    out
+}
+
+#[test]
+fn last_logits_match_reference() {
+    let model = load(Isa::best());
+    let (shape, reference) = read_npy_f32("last_logits.npy");
+    let vocab = shape[1];
+    for (i, g) in generations().iter().enumerate() {
+        let got = logits(&model, 2, &[&g.prompt_ids], LogitRows::Last);
+        let diff = max_abs_diff(&got, &reference[i * vocab..(i + 1) * vocab]);
+        eprintln!("prompt {i}: max |diff| = {diff:e}");
+        assert!(diff < 1e-3, "prompt {i}: max |diff| = {diff}");
+    }
+}
+
+#[test]
+fn all_positions_match_reference() {
+    let model = load(Isa::best());
+    let (shape, reference) = read_npy_f32("all_positions_prompt2.npy");
+    let ids = &generations()[2].prompt_ids;
+    assert_eq!(shape, vec![ids.len(), model.config.vocab_size]);
+    let got = logits(&model, 2, &[ids], LogitRows::All);
+    let diff = max_abs_diff(&got, &reference);
+    assert!(diff < 1e-3, "max |diff| = {diff}");
+}
+
+/// Logits for every position of prompt 2 computed `how`, as raw bits.
+fn bits(model: &Llama, threads: usize, chunk: usize) -> Vec<u32> {
+    let ids = &generations()[2].prompt_ids;
+    let chunks: Vec<&[u32]> = ids.chunks(chunk).collect();
+    logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn bitwise_identical_across_threads_chunking_and_isa() {
+    let isas: Vec<Isa> = [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()).collect();
+    let best = load(Isa::best());
+    let reference = bits(&best, 1, usize::MAX);
+    for threads in [2, 3, 4, 7] {
+        assert!(bits(&best, threads, usize::MAX) == reference, "threads = {threads}");
+    }
+    for chunk in [1, 3, 7, 64] {
+        assert!(bits(&best, 2, chunk) == reference, "chunk = {chunk}");
+    }
+    for isa in isas {
+        assert!(bits(&load(isa), 2, 5) == reference, "isa = {}", isa.name());
+    }
+}
