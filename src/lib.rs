@@ -5,11 +5,18 @@
 //! [`model::KvCache`] -> logits. The kernels in [`kernels`] compute every output with one
 //! fixed op sequence, so results do not depend on thread count, batch size or ISA.
 
+pub mod decode;
+pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod kernels;
 pub mod model;
+pub mod sampling;
 pub mod tensor;
 pub mod threads;
+pub mod tokenizer;
 
 pub use error::{Error, Result};
+
+#[cfg(feature = "python")]
+mod python;

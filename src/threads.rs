@@ -16,6 +16,8 @@ use std::thread::JoinHandle;
 
 /// How long an idle worker spins before sleeping (in spin-loop iterations, ~tens of µs).
 const SPIN_ITERS: u32 = 20_000;
+/// Then how many times it yields its core before sleeping.
+const YIELDS: u32 = 100;
 
 type Job = dyn Fn(usize) + Sync;
 
@@ -91,8 +93,15 @@ impl ThreadPool {
             s.wake.notify_all();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
+        let mut spins = 0u32;
         while s.pending.load(Acquire) != 0 {
-            std::hint::spin_loop();
+            // On an oversubscribed machine a worker may be descheduled: give up the core.
+            if spins < SPIN_ITERS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         unsafe { *s.job.get() = None };
         if let Err(payload) = mine {
@@ -112,6 +121,11 @@ fn worker(s: &Shared, index: usize) {
             if spins < SPIN_ITERS {
                 spins += 1;
                 std::hint::spin_loop();
+                continue;
+            }
+            if spins < SPIN_ITERS + YIELDS {
+                spins += 1;
+                std::thread::yield_now();
                 continue;
             }
             let guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,60 @@
+"""reprolm: bitwise-reproducible CPU inference for Llama-family GGUF models.
+
+>>> import reprolm
+>>> model = reprolm.Model.default()          # SmolLM2-135M-Instruct, fetched on first use
+>>> model.generate("The capital of France is", max_tokens=8).text
+' Paris.\\n\\nThe answer is: '
+"""
+
+from __future__ import annotations
+
+from . import sampling
+from ._core import ModelConfig, __version__
+from ._download import cache_dir, default_model_path
+from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
+from ._model import Completion, FinishReason, Model, Prompt, Session
+from .errors import (
+    ContextOverflowError,
+    EmptyPromptError,
+    GgufFormatError,
+    InvalidArgumentError,
+    InvalidInputError,
+    InvalidModelError,
+    ModelDownloadError,
+    ReprolmError,
+    TokenizerError,
+    TokenOutOfRangeError,
+    UnknownTensorTypeError,
+    UnsupportedError,
+)
+from .sampling import Sampler
+
+__all__ = [
+    "Model",
+    "Session",
+    "Completion",
+    "FinishReason",
+    "Prompt",
+    "ModelConfig",
+    "Sampler",
+    "sampling",
+    "default_model_path",
+    "cache_dir",
+    "inspect",
+    "GgufInfo",
+    "TensorEntry",
+    "dequantize",
+    "ReprolmError",
+    "GgufFormatError",
+    "UnsupportedError",
+    "UnknownTensorTypeError",
+    "InvalidModelError",
+    "TokenizerError",
+    "InvalidInputError",
+    "TokenOutOfRangeError",
+    "EmptyPromptError",
+    "InvalidArgumentError",
+    "ContextOverflowError",
+    "ModelDownloadError",
+    "__version__",
+]

@@ -1,0 +1,73 @@
+"""The exceptions reprolm raises.
+
+Every error from the engine is a :class:`ReprolmError`; the ones caused by bad arguments are
+also :class:`ValueError`. A missing model file raises the builtin :class:`FileNotFoundError`
+(and other I/O failures :class:`OSError`), and an interrupted generation
+:class:`KeyboardInterrupt`. The mapping from the Rust error enum lives in one place,
+``src/python/errors.rs``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ReprolmError",
+    "GgufFormatError",
+    "UnsupportedError",
+    "UnknownTensorTypeError",
+    "InvalidModelError",
+    "TokenizerError",
+    "InvalidInputError",
+    "TokenOutOfRangeError",
+    "EmptyPromptError",
+    "InvalidArgumentError",
+    "ContextOverflowError",
+    "ModelDownloadError",
+]
+
+
+class ReprolmError(Exception):
+    """Base class of every reprolm error."""
+
+
+class GgufFormatError(ReprolmError, ValueError):
+    """The file is not a well-formed GGUF file (bad magic, truncated, impossible sizes)."""
+
+
+class UnsupportedError(ReprolmError):
+    """A well-formed file or request using something reprolm does not implement."""
+
+
+class UnknownTensorTypeError(UnsupportedError):
+    """A tensor of a ggml type reprolm cannot read; the message names the tensor."""
+
+
+class InvalidModelError(ReprolmError, ValueError):
+    """Metadata or tensors needed to run the model are missing or inconsistent."""
+
+
+class TokenizerError(ReprolmError):
+    """The tokenizer could not be built or could not encode/decode."""
+
+
+class InvalidInputError(ReprolmError, ValueError):
+    """An argument outside what the model or setting accepts."""
+
+
+class TokenOutOfRangeError(InvalidInputError):
+    """A token id outside ``0..vocab_size``."""
+
+
+class EmptyPromptError(InvalidInputError):
+    """A prompt with no tokens."""
+
+
+class InvalidArgumentError(InvalidInputError):
+    """A setting outside its allowed range; the message names the setting."""
+
+
+class ContextOverflowError(ReprolmError):
+    """The sequence would not fit in the model's context (KV cache)."""
+
+
+class ModelDownloadError(ReprolmError):
+    """The default model could not be fetched or failed its integrity check."""

@@ -1,0 +1,151 @@
+"""Sampling as the inference chapter defines it (sections 3 to 6).
+
+Pipeline order, fixed: repetition / frequency / presence penalties and logit bias, then the
+allowed / banned masks -> temperature (softmax in float64; temperature 0 is greedy: argmax,
+lowest id on ties) -> top-k -> top-p -> min-p -> selection. Each truncation works on the
+renormalized survivors of the previous one. Ranking is probability descending, ties by
+ascending token id. top-p keeps the smallest ranked prefix whose *exactly computed*
+cumulative mass reaches ``top_p``. Selection draws one uniform ``u_t = uniform(seed, t)`` per
+step from a counter-based generator (Philox4x32-10) and takes the inverse CDF over token
+ids of the final distribution. The functions below run the same Rust code as generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _core
+
+__all__ = [
+    "Sampler",
+    "softmax",
+    "entropy",
+    "top_k_set",
+    "top_p_set",
+    "restrict",
+    "total_variation",
+    "uniform",
+]
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """Immutable sampling settings; invalid values raise :class:`reprolm.InvalidArgumentError`
+    (a ``ValueError``) naming the setting.
+
+    The defaults are plain sampling from softmax(z): temperature 1, nothing truncated, no
+    penalties, seed 0. :meth:`greedy` is temperature 0.
+    """
+
+    temperature: float = 1.0
+    """tau >= 0; 0 selects the greedy branch."""
+    top_k: int = 0
+    """Keep the k most probable tokens; 0 = off."""
+    top_p: float = 1.0
+    """Keep the smallest ranked prefix with mass >= top_p, in (0, 1]; 1 = off."""
+    min_p: float = 0.0
+    """Keep tokens with probability >= min_p times the largest, in [0, 1]; 0 = off."""
+    repetition_penalty: float = 1.0
+    """transformers semantics: positive logits of seen tokens divided, negative multiplied."""
+    penalty_window: Optional[int] = None
+    """The repetition penalty looks at the last n tokens (prompt included); None = all."""
+    presence_penalty: float = 0.0
+    """OpenAI semantics: subtracted once from every token generated so far."""
+    frequency_penalty: float = 0.0
+    """OpenAI semantics: subtracted per occurrence of every token generated so far."""
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    """Added to the given tokens' logits."""
+    allowed_token_ids: Optional[Sequence[int]] = None
+    """Restrict the choice to these tokens (the conditional distribution, proposition 5.2)."""
+    banned_token_ids: Sequence[int] = ()
+    """Never choose these tokens."""
+    seed: int = 0
+    """Step t draws uniform(seed, t); no global random state."""
+    top_logprobs: int = 0
+    """How many most probable alternatives to report per step."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_config", self._make_config())
+
+    def _make_config(self) -> _core.SamplerConfig:
+        return _core.SamplerConfig(
+            temperature=float(self.temperature),
+            top_k=int(self.top_k),
+            top_p=float(self.top_p),
+            min_p=float(self.min_p),
+            repetition_penalty=float(self.repetition_penalty),
+            penalty_window=None if self.penalty_window is None else int(self.penalty_window),
+            presence_penalty=float(self.presence_penalty),
+            frequency_penalty=float(self.frequency_penalty),
+            logit_bias=[(int(k), float(v)) for k, v in self.logit_bias.items()],
+            allowed_token_ids=None if self.allowed_token_ids is None else [int(i) for i in self.allowed_token_ids],
+            banned_token_ids=[int(i) for i in self.banned_token_ids],
+            seed=int(self.seed),
+            top_logprobs=int(self.top_logprobs),
+        )
+
+    @classmethod
+    def greedy(cls) -> "Sampler":
+        """Temperature 0: argmax, lowest id on ties."""
+        return cls(temperature=0.0)
+
+    @property
+    def _core(self) -> _core.SamplerConfig:
+        config: _core.SamplerConfig = self.__dict__["_config"]
+        return config
+
+    def distribution(
+        self, logits: npt.ArrayLike, history: Sequence[int] = (), n_prompt: Optional[int] = None
+    ) -> npt.NDArray[np.float64]:
+        """The final distribution q (float64 over the vocabulary) this sampler draws from.
+
+        ``history`` is the context (prompt then generated ids); the first ``n_prompt`` of them
+        (default: all) are the prompt, which the presence and frequency penalties ignore.
+        """
+        z = np.ascontiguousarray(logits, dtype=np.float32)
+        hist = [int(i) for i in history]
+        return self._core.distribution(z, hist, len(hist) if n_prompt is None else n_prompt)
+
+
+def _f64(p: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    return np.ascontiguousarray(p, dtype=np.float64)
+
+
+def softmax(z: npt.ArrayLike, temperature: float = 1.0) -> npt.NDArray[np.float64]:
+    """softmax(z / temperature) in float64 (definition 4.1); temperature 0 is the point mass
+    on the argmax (lowest index on ties)."""
+    return _core.softmax(_f64(z), float(temperature))
+
+
+def entropy(p: npt.ArrayLike) -> float:
+    """Shannon entropy in nats."""
+    return _core.entropy(_f64(p))
+
+
+def top_k_set(p: npt.ArrayLike, k: int) -> list[int]:
+    """The k most probable indices (definition 5.1), in ranked order."""
+    return _core.top_k_set(_f64(p), int(k))
+
+
+def top_p_set(p: npt.ArrayLike, top_p: float) -> list[int]:
+    """The smallest ranked prefix with exact cumulative mass >= top_p (definition 5.1)."""
+    return _core.top_p_set(_f64(p), float(top_p))
+
+
+def restrict(p: npt.ArrayLike, subset: Sequence[int]) -> npt.NDArray[np.float64]:
+    """p conditioned on the subset: p_S(i) = p_i / p(S) inside S, 0 outside."""
+    return _core.restrict(_f64(p), [int(i) for i in subset])
+
+
+def total_variation(p: npt.ArrayLike, q: npt.ArrayLike) -> float:
+    """(1/2) sum_i |p_i - q_i|."""
+    return _core.total_variation(_f64(p), _f64(q))
+
+
+def uniform(seed: int, step: int) -> float:
+    """The uniform draw in [0, 1) of decoding step ``step`` under ``seed``."""
+    return _core.uniform(int(seed), int(step))

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets everything up on a fresh machine and runs the whole test suite:
+# a virtual environment in .venv, reprolm built and installed into it (with the test extras),
+# the default model fetched into the cache, then the cargo tests and pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet '.[test]'
+.venv/bin/python -m reprolm download
+
+cargo test --release
+.venv/bin/python -m pytest

@@ -1,0 +1,282 @@
+//! PyO3 bindings: the `reprolm._core` extension module. Thin wrappers only: arguments are
+//! extracted, the GIL is released, and the Rust API does the work.
+
+mod errors;
+mod sampling;
+
+use std::sync::Arc;
+
+use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use std::sync::Mutex;
+
+use crate::decode::{self, FinishReason};
+use crate::engine::{Engine, LoadOptions, Session};
+use crate::sampling::Sampler;
+use crate::error::Error;
+use crate::gguf::GgufFile;
+use crate::tensor::{dequantize_row, GgmlType};
+use errors::IntoPyResult;
+
+/// A loaded model (see `reprolm.Model` for the documented Python API).
+#[pyclass(frozen, name = "Engine", module = "reprolm._core")]
+struct PyEngine {
+    engine: Arc<Engine>,
+}
+
+/// Model hyper-parameters read from the GGUF metadata.
+#[pyclass(frozen, get_all, name = "ModelConfig", module = "reprolm._core")]
+#[derive(Clone)]
+struct PyModelConfig {
+    architecture: String,
+    n_layers: usize,
+    d_model: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    ffn_dim: usize,
+    vocab_size: usize,
+    context_length: usize,
+    rope_base: f64,
+    rms_eps: f64,
+    bos_id: Option<u32>,
+    eos_id: Option<u32>,
+}
+
+#[pymethods]
+impl PyModelConfig {
+    fn __repr__(&self) -> String {
+        format!(
+            "ModelConfig(architecture={:?}, n_layers={}, d_model={}, n_heads={}, n_kv_heads={}, head_dim={}, ffn_dim={}, vocab_size={}, context_length={}, rope_base={:?}, rms_eps={:e}, bos_id={}, eos_id={})",
+            self.architecture, self.n_layers, self.d_model, self.n_heads, self.n_kv_heads, self.head_dim,
+            self.ffn_dim, self.vocab_size, self.context_length, self.rope_base, self.rms_eps,
+            py_option(self.bos_id), py_option(self.eos_id)
+        )
+    }
+}
+
+fn py_option(v: Option<u32>) -> String {
+    v.map_or_else(|| "None".to_string(), |v| v.to_string())
+}
+
+/// Converts Python ints to token ids, rejecting negatives and ids past the vocabulary.
+fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
+    let vocab_size = engine.config().vocab_size;
+    ids.into_iter()
+        .map(|id| {
+            u32::try_from(id)
+                .ok()
+                .filter(|&v| (v as usize) < vocab_size)
+                .ok_or(Error::TokenOutOfRange { id, vocab_size })
+        })
+        .collect::<Result<Vec<u32>, Error>>()
+        .py()
+}
+
+#[pymethods]
+impl PyEngine {
+    #[new]
+    #[pyo3(signature = (path, *, threads=None, isa=None))]
+    fn new(py: Python<'_>, path: std::path::PathBuf, threads: Option<i64>, isa: Option<String>) -> PyResult<Self> {
+        let threads = threads
+            .map(|t| usize::try_from(t).map_err(|_| Error::invalid_argument("threads", format!("{t} is not positive"))))
+            .transpose()
+            .py()?;
+        let options = LoadOptions { threads, isa };
+        let engine = py.detach(|| Engine::load(&path, &options)).py()?;
+        Ok(PyEngine { engine: Arc::new(engine) })
+    }
+
+    #[getter]
+    fn config(&self) -> PyModelConfig {
+        let c = self.engine.config();
+        PyModelConfig {
+            architecture: c.architecture.clone(),
+            n_layers: c.n_layers,
+            d_model: c.d_model,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            ffn_dim: c.ffn_dim,
+            vocab_size: c.vocab_size,
+            context_length: c.context_length,
+            rope_base: c.rope_base.into(),
+            rms_eps: c.rms_eps.into(),
+            bos_id: c.bos_id,
+            eos_id: c.eos_id,
+        }
+    }
+
+    #[getter]
+    fn threads(&self) -> usize {
+        self.engine.n_threads()
+    }
+
+    #[getter]
+    fn isa(&self) -> &'static str {
+        self.engine.llama.isa.name()
+    }
+
+    #[getter]
+    fn path(&self) -> std::path::PathBuf {
+        self.engine.file.path().to_path_buf()
+    }
+
+    #[pyo3(signature = (text, *, special=false))]
+    fn tokenize(&self, py: Python<'_>, text: &str, special: bool) -> PyResult<Vec<u32>> {
+        py.detach(|| self.engine.tokenizer.encode(text, special)).py()
+    }
+
+    fn detokenize(&self, py: Python<'_>, ids: Vec<i64>) -> PyResult<String> {
+        let ids = token_ids(&self.engine, ids)?;
+        py.detach(|| self.engine.tokenizer.decode(&ids)).py()
+    }
+
+    /// Raw bytes of one token.
+    fn token_bytes<'py>(&self, py: Python<'py>, id: i64) -> PyResult<Bound<'py, PyBytes>> {
+        let id = token_ids(&self.engine, vec![id])?[0];
+        Ok(PyBytes::new(py, self.engine.tokenizer.token_bytes(id).py()?))
+    }
+
+    /// Logits at every position: float32 array of shape (len(ids), vocab_size).
+    fn logits<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let ids = token_ids(&self.engine, ids)?;
+        if ids.is_empty() {
+            return Err(Error::EmptyPrompt).py();
+        }
+        let logits = py.detach(|| self.engine.logits(&ids)).py()?;
+        PyArray1::from_vec(py, logits).reshape([ids.len(), self.engine.config().vocab_size])
+    }
+
+    /// Decodes from `ids` with `sampler`: (generated ids, finish reason).
+    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids))]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        ids: Vec<i64>,
+        max_tokens: i64,
+        sampler: &sampling::PySamplerConfig,
+        stop_token_ids: Vec<i64>,
+    ) -> PyResult<(Vec<u32>, &'static str)> {
+        let ids = token_ids(&self.engine, ids)?;
+        let stop = token_ids(&self.engine, stop_token_ids)?;
+        let max_tokens = usize::try_from(max_tokens)
+            .map_err(|_| Error::invalid_argument("max_tokens", format!("must be >= 0, got {max_tokens}")))
+            .py()?;
+        let config = self.engine.config();
+        if ids.is_empty() {
+            return Err(Error::EmptyPrompt).py();
+        }
+        let needed = ids.len() + max_tokens;
+        if needed > config.context_length {
+            return Err(Error::ContextOverflow { requested: needed, allowed: config.context_length }).py();
+        }
+        let mut sampler = Sampler::new(sampler.config.clone(), config.vocab_size).py()?;
+        let engine = Arc::clone(&self.engine);
+        let generation = py
+            .detach(|| {
+                let mut session = Session::new(engine, needed)?;
+                decode::generate(&mut session, &ids, &mut sampler, max_tokens, &stop)
+            })
+            .py()?;
+        let reason = match generation.finish_reason {
+            FinishReason::Eos => "eos",
+            FinishReason::StopToken => "stop",
+            FinishReason::Length => "length",
+        };
+        Ok((generation.ids, reason))
+    }
+}
+
+/// One sequence with its KV cache.
+#[pyclass(frozen, name = "Session", module = "reprolm._core")]
+struct PySession {
+    session: Mutex<Session>,
+}
+
+impl PySession {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl PySession {
+    #[new]
+    #[pyo3(signature = (engine, *, context_length=None))]
+    fn new(engine: &PyEngine, context_length: Option<i64>) -> PyResult<Self> {
+        let capacity = match context_length {
+            None => engine.engine.config().context_length,
+            Some(n) => usize::try_from(n)
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| Error::invalid_argument("context_length", format!("must be >= 1, got {n}")))
+                .py()?,
+        };
+        Ok(PySession { session: Mutex::new(Session::new(Arc::clone(&engine.engine), capacity).py()?) })
+    }
+
+    #[getter]
+    fn tokens(&self) -> Vec<u32> {
+        self.lock().tokens().to_vec()
+    }
+
+    #[getter]
+    fn context_length(&self) -> usize {
+        self.lock().capacity()
+    }
+
+    /// Appends `ids`; the logits after the last one (float32, vocab_size).
+    fn feed<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let engine = Arc::clone(self.lock().engine());
+        let ids = token_ids(&engine, ids)?;
+        let logits = py.detach(|| self.lock().feed(&ids).map(<[f32]>::to_vec)).py()?;
+        Ok(PyArray1::from_vec(py, logits))
+    }
+
+    fn truncate(&self, n: usize) {
+        self.lock().truncate(n)
+    }
+}
+
+/// GGUF header summary: (version, [(key, value summary)], [(name, type, dims, n_bytes)]).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn gguf_info(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(u32, Vec<(String, String)>, Vec<(String, String, Vec<u64>, usize)>)> {
+    let file = py.detach(|| GgufFile::open(&path)).py()?;
+    let metadata = file.metadata().iter().map(|(k, v)| (k.clone(), v.summary())).collect();
+    let tensors = file
+        .tensors()
+        .iter()
+        .map(|t| (t.name.clone(), t.ggml_type.name().to_string(), t.dims.clone(), t.n_bytes))
+        .collect();
+    Ok((file.version(), metadata, tensors))
+}
+
+/// Dequantizes raw ggml data of type `type_id` (ggml's numbering) to float32.
+#[pyfunction]
+fn dequantize<'py>(py: Python<'py>, type_id: u32, data: &[u8]) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let ty = GgmlType::from_id(type_id)
+        .ok_or_else(|| Error::UnknownTensorType { tensor: "<bytes>".into(), type_id })
+        .py()?;
+    if data.len() % ty.block_bytes() != 0 {
+        return Err(Error::invalid_argument("data", format!("{} bytes is not whole {} blocks", data.len(), ty.name()))).py();
+    }
+    let mut out = vec![0f32; data.len() / ty.block_bytes() * ty.block_size()];
+    py.detach(|| dequantize_row(ty, data, &mut out));
+    Ok(PyArray1::from_vec(py, out))
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyEngine>()?;
+    m.add_class::<PyModelConfig>()?;
+    m.add_class::<PySession>()?;
+    sampling::register(m)?;
+    m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
+    m.add_function(wrap_pyfunction!(dequantize, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,44 @@
+"""Shared fixtures: the default model (fetched once into the cache) and reference data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import reprolm
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    return reprolm.default_model_path()
+
+
+@pytest.fixture(scope="session")
+def model(model_path: Path) -> reprolm.Model:
+    return reprolm.Model.load(model_path)
+
+
+@pytest.fixture(scope="session")
+def generations() -> list[dict[str, Any]]:
+    return json.loads((DATA / "generations.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def tokenizer_cases() -> list[dict[str, Any]]:
+    return json.loads((DATA / "tokenizer.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def last_logits() -> np.ndarray:
+    return np.load(DATA / "last_logits.npy")
+
+
+@pytest.fixture(scope="session")
+def all_positions_prompt2() -> np.ndarray:
+    return np.load(DATA / "all_positions_prompt2.npy")

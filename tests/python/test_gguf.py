@@ -1,0 +1,163 @@
+"""GGUF reading: dequantization bit-exact against the `gguf` package, and bad files raising
+typed errors instead of crashing or hanging (issue 2, items 5 and 6)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+import reprolm
+
+TYPES = {
+    gguf.GGMLQuantizationType.F32: (1, 4),
+    gguf.GGMLQuantizationType.F16: (1, 2),
+    gguf.GGMLQuantizationType.BF16: (1, 2),
+    gguf.GGMLQuantizationType.Q8_0: (32, 34),
+    gguf.GGMLQuantizationType.Q4_0: (32, 18),
+    gguf.GGMLQuantizationType.Q4_1: (32, 20),
+}
+
+
+def assert_same_bits(ours: np.ndarray, theirs: np.ndarray) -> None:
+    theirs = np.asarray(theirs, dtype=np.float32).reshape(-1)
+    assert ours.shape == theirs.shape
+    nan = np.isnan(theirs)
+    assert np.array_equal(np.isnan(ours), nan)
+    assert np.array_equal(ours[~nan].view(np.uint32), theirs[~nan].view(np.uint32))
+
+
+def test_dequantize_real_tensors_bit_exact(model_path: Path) -> None:
+    reader = gguf.GGUFReader(model_path)
+    seen = set()
+    for t in reader.tensors:
+        if t.tensor_type in seen and not t.name.startswith("blk.0."):
+            continue
+        seen.add(t.tensor_type)
+        raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
+        ours = reprolm.dequantize(int(t.tensor_type), raw.tobytes())
+        theirs = gguf.quants.dequantize(np.ascontiguousarray(t.data).view(np.uint8), t.tensor_type)
+        assert_same_bits(ours, theirs)
+    assert {gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_1, gguf.GGMLQuantizationType.F32} <= seen
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # random scales include inf and NaN
+@pytest.mark.parametrize("qtype", list(TYPES))
+def test_dequantize_random_blocks_bit_exact(qtype: gguf.GGMLQuantizationType) -> None:
+    rng = np.random.default_rng(int(qtype))
+    _, block_bytes = TYPES[qtype]
+    raw = rng.integers(0, 256, size=(257, block_bytes * 4), dtype=np.uint8)
+    ours = reprolm.dequantize(int(qtype), raw.tobytes())
+    if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16):
+        dtype = {gguf.GGMLQuantizationType.F32: np.float32, gguf.GGMLQuantizationType.F16: np.float16}
+        theirs = (
+            raw.view(dtype[qtype]).astype(np.float32)
+            if qtype in dtype
+            else gguf.quants.dequantize(raw, qtype)
+        )
+    else:
+        theirs = gguf.quants.dequantize(raw, qtype)
+    assert_same_bits(ours, theirs)
+
+
+def test_dequantize_rejects_partial_blocks_and_unknown_types() -> None:
+    with pytest.raises(reprolm.InvalidArgumentError):
+        reprolm.dequantize(int(gguf.GGMLQuantizationType.Q4_1), bytes(21))
+    with pytest.raises(reprolm.UnknownTensorTypeError):
+        reprolm.dequantize(12, bytes(144))
+
+
+# --- bad files -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_bytes(model_path: Path) -> bytes:
+    return model_path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def layout(model_path: Path) -> dict[str, list[int]]:
+    """Byte offsets inside the real file: metadata fields, tensor infos, data section."""
+    reader = gguf.GGUFReader(model_path)
+    fields = [f.offset for f in reader.fields.values() if not f.name.startswith("GGUF.")]
+    infos = [t.field.offset for t in reader.tensors]
+    return {"fields": fields, "infos": infos, "data": [reader.data_offset]}
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_missing_file_is_file_not_found(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        reprolm.Model.load(tmp_path / "nope.gguf")
+
+
+def test_directory_is_an_os_error(tmp_path: Path) -> None:
+    with pytest.raises(IsADirectoryError):
+        reprolm.Model.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "data, error",
+    [
+        (b"", reprolm.GgufFormatError),
+        (b"GGUF", reprolm.GgufFormatError),
+        (b"GGML" + bytes(100), reprolm.GgufFormatError),
+        (b"GGUF" + struct.pack("<IQQ", 1, 0, 0), reprolm.UnsupportedError),
+        (b"GGUF" + struct.pack("<IQQ", 4, 0, 0), reprolm.UnsupportedError),
+    ],
+)
+def test_bad_headers(tmp_path: Path, data: bytes, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        reprolm.Model.load(write(tmp_path, "bad.gguf", data))
+
+
+def test_truncated_at_twenty_offsets(tmp_path: Path, model_bytes: bytes, layout: dict[str, list[int]]) -> None:
+    fields, infos, data = layout["fields"], layout["infos"], layout["data"][0]
+    cuts = [0, 3, 8, 20, 23]  # header
+    cuts += [fields[0] + 5, fields[len(fields) // 2] + 9, fields[-1] + 3, fields[-5] - 1]  # metadata
+    cuts += [fields[-1] + 2000, infos[0] + 2, infos[1] + 20, infos[len(infos) // 2] + 7, infos[-1] + 30]
+    cuts += [data - 1, data, data + 1000]  # tensor infos -> data section
+    cuts += [len(model_bytes) // 2, len(model_bytes) - 4096, len(model_bytes) - 1]  # data
+    assert len(set(cuts)) == 20
+    for cut in sorted(set(cuts)):
+        path = write(tmp_path, "truncated.gguf", model_bytes[:cut])
+        with pytest.raises(reprolm.GgufFormatError):
+            reprolm.Model.load(path)
+
+
+def test_absurd_tensor_count(tmp_path: Path, model_bytes: bytes) -> None:
+    data = bytearray(model_bytes[:4_000_000])
+    data[8:16] = struct.pack("<Q", 2**60)
+    with pytest.raises(reprolm.GgufFormatError, match="tensor count"):
+        reprolm.Model.load(write(tmp_path, "count.gguf", bytes(data)))
+
+
+def test_absurd_string_length(tmp_path: Path, model_bytes: bytes) -> None:
+    data = bytearray(model_bytes[:4_000_000])
+    data[24:32] = struct.pack("<Q", 2**40)  # length of the first metadata key
+    with pytest.raises(reprolm.GgufFormatError, match="string length"):
+        reprolm.Model.load(write(tmp_path, "string.gguf", bytes(data)))
+
+
+def test_unknown_tensor_type_names_the_tensor(
+    tmp_path: Path, model_bytes: bytes, layout: dict[str, list[int]]
+) -> None:
+    # token_embd.weight: u64 name length, name, u32 n_dims, 2 x u64 dims, then u32 type.
+    at = layout["infos"][0] + 8 + len("token_embd.weight") + 4 + 16
+    assert struct.unpack_from("<I", model_bytes, at)[0] == 8  # Q8_0
+    data = bytearray(model_bytes)
+    data[at : at + 4] = struct.pack("<I", 99)
+    with pytest.raises(reprolm.UnknownTensorTypeError, match="token_embd.weight"):
+        reprolm.Model.load(write(tmp_path, "type.gguf", bytes(data)))
+
+
+def test_model_errors_are_reprolm_errors() -> None:
+    assert issubclass(reprolm.GgufFormatError, reprolm.ReprolmError)
+    assert issubclass(reprolm.InvalidArgumentError, ValueError)
