@@ -1,11 +1,14 @@
 //! A persistent worker pool for the forward pass.
 //!
-//! `run(f)` calls `f(i)` once on each of the pool's `n` threads (`i = 0` is the caller) and
-//! returns when all are done. Workers spin briefly between calls, so the many short phases
-//! of one forward pass cost a few hundred nanoseconds each, then sleep on a condition
-//! variable so an idle model burns no CPU. Work is divided by the callers with
-//! [`split`], a static partition: which thread computes an output never changes what is
-//! computed, because every output is produced by one thread with one op sequence.
+//! `run(n_chunks, f)` calls `f(c)` once for every chunk index `c` in `0..n_chunks`, on the
+//! caller and the pool's workers together, and returns when all are done. Threads claim
+//! chunks from a shared counter, so a worker the OS has descheduled never holds the others
+//! up: the caller simply does more chunks. Which thread computes a chunk never changes what
+//! is computed, because every output is produced by one thread with one op sequence.
+//!
+//! Workers spin briefly between calls (the many short phases of one forward pass cost well
+//! under a microsecond each), then yield, then sleep on a condition variable so an idle
+//! model burns no CPU.
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
@@ -14,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// How long an idle worker spins before sleeping (in spin-loop iterations, ~tens of µs).
+/// How long an idle worker spins before yielding (spin-loop iterations, ~tens of µs).
 const SPIN_ITERS: u32 = 20_000;
 /// Then how many times it yields its core before sleeping.
 const YIELDS: u32 = 100;
@@ -22,10 +25,16 @@ const YIELDS: u32 = 100;
 type Job = dyn Fn(usize) + Sync;
 
 struct Shared {
-    /// The current job; written only by the caller while every worker is idle.
+    /// The current job; written only by the caller while no worker is inside a job.
     job: UnsafeCell<Option<*const Job>>,
+    n_chunks: AtomicUsize,
+    next_chunk: AtomicUsize,
+    /// Incremented to publish a job.
     epoch: AtomicU64,
-    pending: AtomicUsize,
+    /// The last epoch whose job is closed to late-comers.
+    closed: AtomicU64,
+    /// Workers currently inside a job.
+    active: AtomicUsize,
     sleepers: AtomicUsize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
@@ -33,10 +42,25 @@ struct Shared {
     wake: Condvar,
 }
 
-// SAFETY: `job` is written by the caller before an epoch is published (Release) and read by
-// workers after they observe it (Acquire); it is not written again until all have finished.
+// SAFETY: `job` is written by the caller before an epoch is published and only while
+// `active` is zero with the previous epoch closed; workers read it only after entering
+// (`active` incremented) an epoch that is not closed. See `run` and `enter`.
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
+
+impl Shared {
+    /// Claims and runs chunks of the current job until none are left.
+    fn work(&self, job: &(dyn Fn(usize) + Sync + '_)) {
+        let n = self.n_chunks.load(Acquire);
+        loop {
+            let c = self.next_chunk.fetch_add(1, AcqRel);
+            if c >= n {
+                return;
+            }
+            job(c);
+        }
+    }
+}
 
 pub struct ThreadPool {
     shared: Arc<Shared>,
@@ -50,8 +74,11 @@ impl ThreadPool {
     pub fn new(n_threads: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
             job: UnsafeCell::new(None),
+            n_chunks: AtomicUsize::new(0),
+            next_chunk: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
+            closed: AtomicU64::new(0),
+            active: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
@@ -63,7 +90,7 @@ impl ThreadPool {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("reprolm-{index}"))
-                    .spawn(move || worker(&shared, index))
+                    .spawn(move || worker(&shared))
                     .expect("cannot spawn a worker thread")
             })
             .collect();
@@ -74,28 +101,31 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
-    /// Runs `f(i)` for every thread index `i` in `0..n_threads()`, in parallel.
-    pub fn run<F: Fn(usize) + Sync>(&self, f: F) {
-        if self.workers.is_empty() {
-            f(0);
+    /// Runs `f(c)` for every chunk `c` in `0..n_chunks`, in parallel.
+    pub fn run<F: Fn(usize) + Sync>(&self, n_chunks: usize, f: F) {
+        if self.workers.is_empty() || n_chunks <= 1 {
+            (0..n_chunks).for_each(f);
             return;
         }
         let _one_at_a_time = self.caller.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
         let job: *const (dyn Fn(usize) + Sync + '_) = &f;
-        // SAFETY: erase the lifetime; the pointer is only used until `pending` reaches zero,
-        // which this function waits for before returning (even if `f` panics on this thread).
+        // SAFETY: erase the lifetime; workers dereference the pointer only inside an open
+        // epoch, and this function closes the epoch and waits for them before returning.
         unsafe { *s.job.get() = Some(std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const Job>(job)) };
-        s.pending.store(self.workers.len(), SeqCst);
-        s.epoch.fetch_add(1, SeqCst);
+        s.n_chunks.store(n_chunks, SeqCst);
+        s.next_chunk.store(0, SeqCst);
+        let epoch = s.epoch.fetch_add(1, SeqCst) + 1;
         if s.sleepers.load(SeqCst) > 0 {
             let _guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
+        let mine = catch_unwind(AssertUnwindSafe(|| s.work(&f)));
+        // Every chunk is claimed; close the epoch so no late worker enters, then wait for
+        // those inside to finish their last chunk.
+        s.closed.store(epoch, SeqCst);
         let mut spins = 0u32;
-        while s.pending.load(Acquire) != 0 {
-            // On an oversubscribed machine a worker may be descheduled: give up the core.
+        while s.active.load(SeqCst) != 0 {
             if spins < SPIN_ITERS {
                 spins += 1;
                 std::hint::spin_loop();
@@ -113,19 +143,18 @@ impl ThreadPool {
     }
 }
 
-fn worker(s: &Shared, index: usize) {
+fn worker(s: &Shared) {
     let mut seen = 0u64;
     loop {
         let mut spins = 0u32;
         while s.epoch.load(Acquire) == seen && !s.shutdown.load(Relaxed) {
-            if spins < SPIN_ITERS {
-                spins += 1;
-                std::hint::spin_loop();
-                continue;
-            }
             if spins < SPIN_ITERS + YIELDS {
+                if spins < SPIN_ITERS {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 spins += 1;
-                std::thread::yield_now();
                 continue;
             }
             let guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,13 +170,19 @@ fn worker(s: &Shared, index: usize) {
         if s.shutdown.load(Acquire) {
             return;
         }
-        seen = s.epoch.load(Acquire);
-        // SAFETY: published before the epoch we observed; valid until we decrement pending.
-        let job = unsafe { (*s.job.get()).expect("a job is published with every epoch") };
-        if catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(index) })).is_err() {
-            s.panicked.store(true, SeqCst);
+        seen = s.epoch.load(SeqCst);
+        s.active.fetch_add(1, SeqCst);
+        // Enter only if the caller has not closed this epoch (it may even have moved on to
+        // a later one, which this worker will see on its next turn).
+        if s.closed.load(SeqCst) < seen && s.epoch.load(SeqCst) == seen {
+            // SAFETY: the epoch is open and we are counted in `active`, so the caller is
+            // still inside `run` and the job pointer is valid.
+            let job = unsafe { (*s.job.get()).expect("a job is published with every epoch") };
+            if catch_unwind(AssertUnwindSafe(|| s.work(unsafe { &*job }))).is_err() {
+                s.panicked.store(true, SeqCst);
+            }
         }
-        s.pending.fetch_sub(1, Release);
+        s.active.fetch_sub(1, SeqCst);
     }
 }
 
@@ -174,13 +209,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_index_runs_once_per_call() {
+    fn every_chunk_runs_once_per_call() {
         for n in [1, 2, 3, 7] {
             let pool = ThreadPool::new(n);
-            for _ in 0..1000 {
-                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-                pool.run(|i| {
-                    hits[i].fetch_add(1, Relaxed);
+            for round in 0..2000 {
+                let chunks = round % 13;
+                let hits: Vec<AtomicUsize> = (0..chunks).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(chunks, |c| {
+                    hits[c].fetch_add(1, Relaxed);
                 });
                 assert!(hits.iter().all(|h| h.load(Relaxed) == 1));
             }
@@ -207,9 +243,9 @@ mod tests {
         let pool = ThreadPool::new(3);
         std::thread::sleep(std::time::Duration::from_millis(50));
         let sum = AtomicUsize::new(0);
-        pool.run(|i| {
-            sum.fetch_add(i + 1, Relaxed);
+        pool.run(6, |c| {
+            sum.fetch_add(c + 1, Relaxed);
         });
-        assert_eq!(sum.load(Relaxed), 6);
+        assert_eq!(sum.load(Relaxed), 21);
     }
 }

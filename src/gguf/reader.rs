@@ -218,6 +218,21 @@ impl GgufFile {
         &self.map
     }
 
+    /// Tells the kernel that a tensor's pages will not be read again (after a copy was
+    /// made), so they stop counting towards the process's resident memory. Reading them
+    /// later still works: the pages are read back from the file.
+    pub fn release(&self, info: &TensorInfo) {
+        // Whole 4 KiB pages inside the tensor (on larger pages the call fails: harmless).
+        let page = 4096;
+        let start = info.offset.div_ceil(page) * page;
+        let end = (info.offset + info.n_bytes) / page * page;
+        if end > start {
+            // SAFETY: a read-only private file mapping: dropped pages are re-read from the
+            // file on the next access, so no observable data changes. Failure is harmless.
+            let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+
     /// The raw bytes of a tensor (bounds were checked at parse time).
     pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
         &self.map[info.offset..info.offset + info.n_bytes]

@@ -129,7 +129,7 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn splat_f16(b: [u8; 2]) -> Self {
-            Avx512(_mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(b) as i32))))
+            Avx512(_mm512_cvtph_ps(_mm256_set1_epi16(i16::from_le_bytes(b))))
         }
         #[inline(always)]
         unsafe fn load(p: *const f32) -> Self {
@@ -159,10 +159,9 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self) {
-            let q = _mm_loadu_si128(qs.cast());
-            let mask = _mm_set1_epi8(0x0F);
-            let lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, mask));
-            let hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
+            let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs.cast()));
+            let lo = _mm512_and_si512(bytes, _mm512_set1_epi32(0x0F));
+            let hi = _mm512_srli_epi32(bytes, 4);
             let off = _mm512_set1_epi32(offset);
             (
                 Avx512(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, off))),

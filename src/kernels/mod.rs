@@ -7,10 +7,11 @@
 
 mod groups;
 mod lanes;
+pub mod packed;
 
 use std::ops::Range;
 
-use groups::{Bf16Group, F16Group, F32Group, Fold, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
+use groups::{Bf16Group, F16Group, F32Group, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
 pub use lanes::{Lanes16, Scalar16};
 
 use crate::error::{Error, Result};
@@ -84,7 +85,8 @@ impl Isa {
     }
 }
 
-/// A borrowed weight matrix: `rows` rows of `cols` values of type `ty`, row-major.
+/// A borrowed weight matrix: `rows` rows of `cols` values of type `ty`, quantized types in
+/// the packed layout of [`packed`], float types as ggml stores them.
 #[derive(Clone, Copy)]
 pub struct MatRef<'a> {
     pub ty: GgmlType,
@@ -104,19 +106,30 @@ impl MatRef<'_> {
 pub struct Activations<'a> {
     /// [n_tokens][cols]
     pub x: &'a [f32],
-    /// [n_tokens][cols / 2]: per-lane group sums, see [`lane_sums`].
-    pub xs: &'a [f32],
+    /// [n_tokens][group_sums_len(cols)]: see [`group_sums`] (only read for Q4_1).
+    pub gs: &'a [f32],
     pub n_tokens: usize,
     pub cols: usize,
 }
 
-/// `xs[16g + l] = x[32g + l] + x[32g + 16 + l]` for one row (used by Q4_1's offset term).
-pub fn lane_sums(x: &[f32], xs: &mut [f32]) {
-    debug_assert_eq!(x.len(), 2 * xs.len());
-    for (g, s) in x.chunks_exact(GROUP).zip(xs.chunks_exact_mut(GROUP / 2)) {
-        for l in 0..GROUP / 2 {
-            s[l] = g[l] + g[l + GROUP / 2];
+/// Length of one row's group sums: one per group, zero-padded to a multiple of 16.
+pub fn group_sums_len(cols: usize) -> usize {
+    (cols / GROUP).div_ceil(16) * 16
+}
+
+/// The sum of each group of 32 values of `x`, in the canonical order
+/// `reduce16(x[32g + l] + x[32g + 16 + l])`; zeros after the last group.
+pub fn group_sums(x: &[f32], gs: &mut [f32]) {
+    debug_assert_eq!(gs.len(), group_sums_len(x.len()));
+    gs.fill(0.0);
+    for (g, s) in x.chunks_exact(GROUP).zip(gs.iter_mut()) {
+        let mut lanes: [f32; 16] = std::array::from_fn(|l| g[l] + g[l + 16]);
+        for h in [8, 4, 2, 1] {
+            for l in 0..h {
+                lanes[l] += lanes[l + h];
+            }
         }
+        *s = lanes[0];
     }
 }
 
@@ -139,7 +152,7 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert!(w.cols % GROUP == 0 && rows.end <= w.rows);
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
-    assert!(w.ty != GgmlType::Q4_1 || act.xs.len() >= act.n_tokens * act.cols / 2);
+    assert!(w.ty != GgmlType::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
     match isa {
         Isa::Scalar => by_type::<Scalar16>(w, act, rows, out),
         #[cfg(target_arch = "x86_64")]
@@ -185,7 +198,7 @@ unsafe fn axpy<L: Lanes16, W: WeightGroup>(weights: &[f32], v: &MatRef, out: &mu
     for g in 0..v.cols / GROUP {
         let (mut lo, mut hi) = (L::zero(), L::zero());
         for (r, &a) in weights.iter().enumerate() {
-            let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::BYTES));
+            let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::CODE_BYTES));
             let a = L::splat(a);
             lo = L::fma(a, v_lo, lo);
             hi = L::fma(a, v_hi, hi);
@@ -243,7 +256,7 @@ unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>,
 #[inline(always)]
 unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
     let row_bytes = w.row_bytes();
-    let cols = act.cols;
+    let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
     for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
         let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
         for r in rows.clone() {
@@ -251,13 +264,13 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
             let mut t = t_block;
             while t < t_end {
                 let x = act.x.as_ptr().add(t * cols);
-                let xs = act.xs.as_ptr().add(t * cols / 2);
+                let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
                 let o = out.ptr.add(t * out.token_stride + r);
                 let n = match t_end - t {
-                    1 => tile::<L, W, 1>(row, cols, x, xs, o, out.token_stride),
-                    2 => tile::<L, W, 2>(row, cols, x, xs, o, out.token_stride),
-                    3 => tile::<L, W, 3>(row, cols, x, xs, o, out.token_stride),
-                    _ => tile::<L, W, 4>(row, cols, x, xs, o, out.token_stride),
+                    1 => tile::<L, W, 1>(row, cols, x, gs, o, out.token_stride),
+                    2 => tile::<L, W, 2>(row, cols, x, gs, o, out.token_stride),
+                    3 => tile::<L, W, 3>(row, cols, x, gs, o, out.token_stride),
+                    _ => tile::<L, W, 4>(row, cols, x, gs, o, out.token_stride),
                 };
                 t += n;
             }
@@ -265,42 +278,67 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
     }
 }
 
-/// One weight row against `NT` consecutive tokens; returns `NT`.
+/// 16 f16 values from `p`, of which only the first `n` exist (the rest read as zero).
+#[inline(always)]
+unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
+    if n == 16 {
+        L::f16x16(p)
+    } else {
+        let mut padded = [0u8; 32];
+        std::ptr::copy_nonoverlapping(p, padded.as_mut_ptr(), 2 * n);
+        L::f16x16(padded.as_ptr())
+    }
+}
+
+/// One weight row against `NT` consecutive tokens (op order in [`groups`]); returns `NT`.
 #[inline(always)]
 unsafe fn tile<L: Lanes16, W: WeightGroup, const NT: usize>(
     row: *const u8,
     cols: usize,
     x: *const f32,
-    xs: *const f32,
+    gs: *const f32,
     out: *mut f32,
     out_stride: usize,
 ) -> usize {
+    let groups = cols / GROUP;
+    let gs_len = group_sums_len(cols);
+    let d_ptr = row.add(groups * W::CODE_BYTES);
+    let m_ptr = d_ptr.add(2 * groups);
     let mut acc = [L::zero(); NT];
-    for g in 0..cols / GROUP {
-        let p = row.add(g * W::BYTES);
-        let (w_lo, w_hi) = W::unpack::<L>(p);
-        let d = if W::FOLD == Fold::Plain { L::zero() } else { W::scale::<L>(p) };
-        let m = if W::FOLD == Fold::ScaledMin { W::min::<L>(p) } else { L::zero() };
-        for (t, a) in acc.iter_mut().enumerate() {
-            let xt = x.add(t * cols + g * GROUP);
-            let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
-            match W::FOLD {
-                Fold::Plain => {
-                    *a = L::fma(x_lo, w_lo, *a);
-                    *a = L::fma(x_hi, w_hi, *a);
-                }
-                Fold::Scaled | Fold::ScaledMin => {
-                    let s = L::fma(x_hi, w_hi, L::mul(x_lo, w_lo));
-                    *a = L::fma(d, s, *a);
-                    if W::FOLD == Fold::ScaledMin {
-                        *a = L::fma(m, L::load(xs.add(t * cols / 2 + g * GROUP / 2)), *a);
-                    }
-                }
+    let mut macc = [L::zero(); NT];
+    let mut d = [0f32; 16];
+    for chunk in (0..groups).step_by(16) {
+        let n = (groups - chunk).min(16);
+        if W::SCALED {
+            f16_chunk::<L>(d_ptr.add(2 * chunk), n).store(d.as_mut_ptr());
+        }
+        if W::OFFSET {
+            let m = f16_chunk::<L>(m_ptr.add(2 * chunk), n);
+            for (t, a) in macc.iter_mut().enumerate() {
+                *a = L::fma(m, L::load(gs.add(t * gs_len + chunk)), *a);
+            }
+        }
+        for (j, &dj) in d.iter().enumerate().take(n) {
+            let g = chunk + j;
+            let (mut w_lo, mut w_hi) = W::unpack::<L>(row.add(g * W::CODE_BYTES));
+            if W::SCALED {
+                let dv = L::splat(dj);
+                w_lo = L::mul(dv, w_lo);
+                w_hi = L::mul(dv, w_hi);
+            }
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xt = x.add(t * cols + g * GROUP);
+                *a = L::fma(L::load(xt), w_lo, *a);
+                *a = L::fma(L::load(xt.add(GROUP / 2)), w_hi, *a);
             }
         }
     }
-    for (t, a) in acc.iter().enumerate() {
-        *out.add(t * out_stride) = a.reduce();
+    for t in 0..NT {
+        let mut v = acc[t].reduce();
+        if W::OFFSET {
+            v += macc[t].reduce();
+        }
+        *out.add(t * out_stride) = v;
     }
     NT
 }

@@ -11,7 +11,7 @@ use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{lane_sums, matmul_rows, weighted_row_sum, Activations, Isa, OutPtr};
+use crate::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, OutPtr};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -40,8 +40,8 @@ pub struct Scratch {
     x: Vec<f32>,
     /// [T][d_model] normalised input of the current matmul
     xn: Vec<f32>,
-    /// [T][max(d_model, ffn_dim) / 2] lane sums of the current matmul input
-    xs: Vec<f32>,
+    /// [T][group_sums_len(max(d_model, ffn_dim))] group sums of the current matmul input
+    gs: Vec<f32>,
     /// [T][d_model]
     q: Vec<f32>,
     /// [T][d_kv]
@@ -75,7 +75,7 @@ impl Scratch {
         let t = n_tokens;
         grow(&mut self.x, t * cfg.d_model);
         grow(&mut self.xn, t * cfg.d_model.max(cfg.ffn_dim));
-        grow(&mut self.xs, t * cfg.d_model.max(cfg.ffn_dim) / 2);
+        grow(&mut self.gs, t * group_sums_len(cfg.d_model.max(cfg.ffn_dim)));
         grow(&mut self.q, t * cfg.d_model);
         grow(&mut self.k, t * cfg.d_kv());
         grow(&mut self.v, t * cfg.d_kv());
@@ -85,9 +85,20 @@ impl Scratch {
         grow(&mut self.up, t * cfg.ffn_dim);
         grow(&mut self.rope_cos, t * cfg.head_dim / 2);
         grow(&mut self.rope_sin, t * cfg.head_dim / 2);
-        grow(&mut self.scores, n_threads * capacity);
+        grow(&mut self.scores, CHUNKS_PER_THREAD * n_threads * capacity);
         self.n_tokens = t;
     }
+}
+
+/// Parallel phases are cut into up to this many chunks per thread, so a thread the OS
+/// deschedules delays the others by one small chunk at most.
+const CHUNKS_PER_THREAD: usize = 4;
+/// Matrix rows below which a chunk is not worth the hand-off.
+const MIN_ROWS_PER_CHUNK: usize = 16;
+
+/// How many chunks to cut `units` of independent work into (at least 1).
+fn chunks_for(pool: &ThreadPool, units: usize) -> usize {
+    units.min(CHUNKS_PER_THREAD * pool.n_threads()).max(1)
 }
 
 /// Raw pointer for threads writing disjoint parts of one buffer.
@@ -131,11 +142,11 @@ impl Llama {
         for (l, lw) in w.layers.iter().enumerate() {
             // Attention block.
             rms_norm_rows(&scratch.x, &lw.attn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            prepare(&scratch.xn, d, t_n, &mut scratch.xs);
+            prepare(&scratch.xn, d, t_n, &mut scratch.gs);
             self.matmuls(
                 pool,
                 &scratch.xn,
-                &scratch.xs,
+                &scratch.gs,
                 t_n,
                 &[(&lw.wq, &mut scratch.q), (&lw.wk, &mut scratch.k), (&lw.wv, &mut scratch.v)],
             );
@@ -146,25 +157,25 @@ impl Llama {
                 cache.write(l, p0 + t, &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
             }
             self.attention(pool, cache, scratch, l, p0, t_n);
-            prepare(&scratch.att, d, t_n, &mut scratch.xs);
-            self.matmuls(pool, &scratch.att, &scratch.xs, t_n, &[(&lw.wo, &mut scratch.proj)]);
+            prepare(&scratch.att, d, t_n, &mut scratch.gs);
+            self.matmuls(pool, &scratch.att, &scratch.gs, t_n, &[(&lw.wo, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
 
             // Feed-forward block.
             rms_norm_rows(&scratch.x, &lw.ffn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            prepare(&scratch.xn, d, t_n, &mut scratch.xs);
+            prepare(&scratch.xn, d, t_n, &mut scratch.gs);
             self.matmuls(
                 pool,
                 &scratch.xn,
-                &scratch.xs,
+                &scratch.gs,
                 t_n,
                 &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
             );
             for (g, &u) in scratch.gate[..t_n * ff].iter_mut().zip(&scratch.up[..t_n * ff]) {
                 *g = silu(*g) * u;
             }
-            prepare(&scratch.gate, ff, t_n, &mut scratch.xs);
-            self.matmuls(pool, &scratch.gate, &scratch.xs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
+            prepare(&scratch.gate, ff, t_n, &mut scratch.gs);
+            self.matmuls(pool, &scratch.gate, &scratch.gs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
         }
         cache.set_len(p0 + t_n);
@@ -176,10 +187,10 @@ impl Llama {
         };
         let n_out = t_n - first;
         rms_norm_rows(&scratch.x[first * d..], &w.output_norm, cfg.rms_eps, n_out, d, &mut scratch.xn);
-        prepare(&scratch.xn, d, n_out, &mut scratch.xs);
+        prepare(&scratch.xn, d, n_out, &mut scratch.gs);
         let mut logits = std::mem::take(&mut scratch.logits);
         logits.resize(n_out * cfg.vocab_size, 0.0);
-        self.matmuls(pool, &scratch.xn, &scratch.xs, n_out, &[(&w.output, &mut logits)]);
+        self.matmuls(pool, &scratch.xn, &scratch.gs, n_out, &[(&w.output, &mut logits)]);
         scratch.logits = logits;
         Ok(())
     }
@@ -202,9 +213,9 @@ impl Llama {
 
     /// One parallel phase: several matrices applied to the same `t_n` input rows, their
     /// output rows concatenated and split evenly across the pool.
-    fn matmuls(&self, pool: &ThreadPool, x: &[f32], xs: &[f32], t_n: usize, jobs: &[(&Matrix, &mut Vec<f32>)]) {
+    fn matmuls(&self, pool: &ThreadPool, x: &[f32], gs: &[f32], t_n: usize, jobs: &[(&Matrix, &mut Vec<f32>)]) {
         let cols = jobs[0].0.cols;
-        let act = Activations { x, xs, n_tokens: t_n, cols };
+        let act = Activations { x, gs, n_tokens: t_n, cols };
         let mats: Vec<_> = jobs
             .iter()
             .map(|(m, out)| {
@@ -213,9 +224,9 @@ impl Llama {
             })
             .collect();
         let total: usize = mats.iter().map(|(m, _)| m.rows).sum();
-        let n = pool.n_threads();
-        pool.run(|i| {
-            let mine = split(total, i, n);
+        let n = chunks_for(pool, total / MIN_ROWS_PER_CHUNK);
+        pool.run(n, |c| {
+            let mine = split(total, c, n);
             let mut base = 0;
             for (m, out) in &mats {
                 let (lo, hi) = (mine.start.max(base), mine.end.min(base + m.rows));
@@ -236,19 +247,20 @@ impl Llama {
         let (d, hd) = (cfg.d_model, cfg.head_dim);
         let scale = 1.0 / (hd as f32).sqrt();
         let capacity = cache.capacity();
-        let n = pool.n_threads();
+        let tasks = t_n * cfg.n_heads;
+        let n = chunks_for(pool, tasks);
         let (q, att, scores) = (&s.q, SharedMut(s.att.as_mut_ptr()), SharedMut(s.scores.as_mut_ptr()));
-        pool.run(|i| {
+        pool.run(n, |c| {
             let (att, scores) = (att, scores);
-            // SAFETY: thread i owns scores row i and the att slices of its (token, head) pairs.
-            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(i * capacity), capacity) };
-            for task in split(t_n * cfg.n_heads, i, n) {
+            // SAFETY: chunk c owns scores row c and the att slices of its (token, head) pairs.
+            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(c * capacity), capacity) };
+            for task in split(tasks, c, n) {
                 let (t, h) = (task / cfg.n_heads, task % cfg.n_heads);
                 let g = h / cfg.group_size();
                 let n_keys = p0 + t + 1;
                 let query = &q[t * d + h * hd..t * d + (h + 1) * hd];
                 let keys = cache.keys(layer, g, n_keys);
-                let act = Activations { x: query, xs: &[], n_tokens: 1, cols: hd };
+                let act = Activations { x: query, gs: &[], n_tokens: 1, cols: hd };
                 let sc = &mut scores[..n_keys];
                 // SAFETY: n_keys outputs into this thread's own scores row.
                 unsafe { matmul_rows(self.isa, &keys, &act, 0..n_keys, OutPtr { ptr: sc.as_mut_ptr(), token_stride: 1 }) };
@@ -271,10 +283,11 @@ fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, t_n: usize, d: usize, out:
     }
 }
 
-/// Lane sums of each input row, for the Q4_1 kernels.
-fn prepare(x: &[f32], cols: usize, t_n: usize, xs: &mut [f32]) {
+/// Group sums of each input row, for the Q4_1 kernels.
+fn prepare(x: &[f32], cols: usize, t_n: usize, gs: &mut [f32]) {
+    let n = group_sums_len(cols);
     for t in 0..t_n {
-        lane_sums(&x[t * cols..(t + 1) * cols], &mut xs[t * cols / 2..(t + 1) * cols / 2]);
+        group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * n..(t + 1) * n]);
     }
 }
 

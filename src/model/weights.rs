@@ -7,19 +7,27 @@ use memmap2::Mmap;
 use super::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, TensorInfo};
+use crate::kernels::packed::{dequantize_packed_row, is_packed, pack_rows};
 use crate::kernels::{MatRef, GROUP};
-use crate::tensor::dequantize_row;
+use crate::tensor::{dequantize_row, GgmlType};
 
-/// A weight matrix left in the file: `rows` outputs, each `cols` inputs long.
+/// A weight matrix: `rows` outputs, each `cols` inputs long.
 #[derive(Debug, Clone)]
 pub struct Matrix {
     pub name: String,
-    pub ty: crate::tensor::GgmlType,
+    pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
-    /// Byte range of the data in the map.
-    offset: usize,
-    n_bytes: usize,
+    storage: Storage,
+}
+
+/// Where a matrix's bytes live.
+#[derive(Debug, Clone)]
+enum Storage {
+    /// Float types, used in place: a byte range of the file map.
+    Mapped { offset: usize, n_bytes: usize },
+    /// Quantized types, repacked at load (`kernels::packed`): [rows][row bytes].
+    Packed(Arc<[u8]>),
 }
 
 /// One transformer block's weights.
@@ -69,7 +77,16 @@ impl LlamaWeights {
                     "tensor '{name}' rows of {cols} values (must be a multiple of {GROUP})"
                 )));
             }
-            Ok(Matrix { name: name.into(), ty: info.ggml_type, rows, cols, offset: info.offset, n_bytes: info.n_bytes })
+            let storage = if is_packed(info.ggml_type) {
+                let bytes = file.tensor_bytes(info);
+                let packed = pack_rows(info.ggml_type, cols, bytes);
+                // The file's pages are no longer needed: let the kernel reclaim them.
+                file.release(info);
+                Storage::Packed(packed.into())
+            } else {
+                Storage::Mapped { offset: info.offset, n_bytes: info.n_bytes }
+            };
+            Ok(Matrix { name: name.into(), ty: info.ggml_type, rows, cols, storage })
         };
         let vector = |name: &str| -> Result<Vec<f32>> {
             let info = tensor(file, name)?;
@@ -109,15 +126,23 @@ impl LlamaWeights {
     }
 
     /// The matrix as the kernels see it.
-    pub fn mat(&self, m: &Matrix) -> MatRef<'_> {
-        MatRef { ty: m.ty, rows: m.rows, cols: m.cols, data: &self.map[m.offset..m.offset + m.n_bytes] }
+    pub fn mat<'a>(&'a self, m: &'a Matrix) -> MatRef<'a> {
+        let data = match &m.storage {
+            Storage::Mapped { offset, n_bytes } => &self.map[*offset..*offset + *n_bytes],
+            Storage::Packed(bytes) => bytes,
+        };
+        MatRef { ty: m.ty, rows: m.rows, cols: m.cols, data }
     }
 
-    /// Row `r` of a matrix dequantized into `out` (embedding lookup).
+    /// Row `r` of a matrix dequantized into `out` (embedding lookup), with the values of
+    /// ggml's dequantization.
     pub fn dequantize_matrix_row(&self, m: &Matrix, r: usize, out: &mut [f32]) {
-        let row_bytes = m.ty.row_bytes(m.cols);
-        let start = m.offset + r * row_bytes;
-        dequantize_row(m.ty, &self.map[start..start + row_bytes], out);
+        let mat = self.mat(m);
+        let row = &mat.data[r * mat.row_bytes()..(r + 1) * mat.row_bytes()];
+        match m.storage {
+            Storage::Mapped { .. } => dequantize_row(m.ty, row, out),
+            Storage::Packed(_) => dequantize_packed_row(m.ty, row, out),
+        }
     }
 }
 

@@ -1,0 +1,131 @@
+//! The packed row layout of quantized matrices, built once at load.
+//!
+//! ggml interleaves each block's f16 scale (and offset) with its codes. The kernels want
+//! the codes of a row contiguous and the row's scales together, so they can convert 16
+//! scales with one instruction. A packed row of `G` groups is
+//!
+//! ```text
+//! [G][code bytes]  codes, in ggml's order within each group
+//! [G] f16 d        scales
+//! [G] f16 m        offsets (Q4_1 only)
+//! ```
+//!
+//! which takes exactly as many bytes as the ggml row.
+
+use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, QK};
+
+/// Whether matrices of this type are repacked (the quantized ones) or used as stored.
+pub fn is_packed(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
+/// Repacks whole ggml rows (`ggml.len()` a multiple of the row size) into the packed layout.
+pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8]) -> Vec<u8> {
+    let row_bytes = ty.row_bytes(cols);
+    assert!(is_packed(ty) && ggml.len() % row_bytes == 0);
+    let groups = cols / QK;
+    let mut out = vec![0u8; ggml.len()];
+    for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(row_bytes)) {
+        match ty {
+            GgmlType::Q8_0 => pack(as_blocks::<BlockQ8_0>(src), dst, groups, |b| (bytemuck_i8(&b.qs), b.d, None)),
+            GgmlType::Q4_0 => pack(as_blocks::<BlockQ4_0>(src), dst, groups, |b| (&b.qs[..], b.d, None)),
+            GgmlType::Q4_1 => pack(as_blocks::<BlockQ4_1>(src), dst, groups, |b| (&b.qs[..], b.d, Some(b.m))),
+            _ => unreachable!("checked by is_packed"),
+        }
+    }
+    out
+}
+
+fn pack<B>(blocks: &[B], dst: &mut [u8], groups: usize, parts: impl Fn(&B) -> (&[u8], [u8; 2], Option<[u8; 2]>)) {
+    let code_bytes = parts(&blocks[0]).0.len();
+    let (codes, scales) = dst.split_at_mut(groups * code_bytes);
+    let (d, m) = scales.split_at_mut(groups * 2);
+    for (g, b) in blocks.iter().enumerate() {
+        let (q, bd, bm) = parts(b);
+        codes[g * code_bytes..(g + 1) * code_bytes].copy_from_slice(q);
+        d[2 * g..2 * g + 2].copy_from_slice(&bd);
+        if let Some(bm) = bm {
+            m[2 * g..2 * g + 2].copy_from_slice(&bm);
+        }
+    }
+}
+
+fn bytemuck_i8(q: &[i8; QK]) -> &[u8] {
+    // SAFETY: i8 and u8 have the same size and alignment.
+    unsafe { std::slice::from_raw_parts(q.as_ptr().cast::<u8>(), QK) }
+}
+
+/// Dequantizes one packed row, with the same values (bit for bit) as ggml's dequantization
+/// of the original row.
+pub fn dequantize_packed_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
+    assert!(is_packed(ty) && row.len() == ty.row_bytes(out.len()));
+    let groups = out.len() / QK;
+    let f16 = |bytes: &[u8], g: usize| half::f16::from_le_bytes([bytes[2 * g], bytes[2 * g + 1]]).to_f32();
+    match ty {
+        GgmlType::Q8_0 => {
+            let (codes, d) = row.split_at(groups * QK);
+            for (g, o) in out.chunks_exact_mut(QK).enumerate() {
+                let dg = f16(d, g);
+                for (j, v) in o.iter_mut().enumerate() {
+                    *v = dg * (codes[g * QK + j] as i8) as f32;
+                }
+            }
+        }
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let (codes, scales) = row.split_at(groups * QK / 2);
+            let (d, m) = scales.split_at(groups * 2);
+            for (g, o) in out.chunks_exact_mut(QK).enumerate() {
+                let dg = f16(d, g);
+                for j in 0..QK / 2 {
+                    let q = codes[g * QK / 2 + j];
+                    let (lo, hi) = ((q & 0x0F) as f32, (q >> 4) as f32);
+                    if ty == GgmlType::Q4_0 {
+                        o[j] = dg * (lo - 8.0);
+                        o[j + QK / 2] = dg * (hi - 8.0);
+                    } else {
+                        let mg = f16(m, g);
+                        o[j] = dg * lo + mg;
+                        o[j + QK / 2] = dg * hi + mg;
+                    }
+                }
+            }
+        }
+        _ => unreachable!("checked by is_packed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::dequantize_row;
+
+    #[test]
+    fn packed_rows_dequantize_to_the_same_bits() {
+        let mut state = 0x9E3779B97F4A7C15u64;
+        let mut byte = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        };
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
+            let (rows, cols) = (3, 5 * QK);
+            let mut ggml: Vec<u8> = (0..rows * ty.row_bytes(cols)).map(|_| byte()).collect();
+            // Keep the f16 scales finite so the comparison is of numbers.
+            for b in ggml.chunks_exact_mut(ty.block_bytes()) {
+                b[1] &= 0x3F;
+                if ty == GgmlType::Q4_1 {
+                    b[3] &= 0x3F;
+                }
+            }
+            let packed = pack_rows(ty, cols, &ggml);
+            let rb = ty.row_bytes(cols);
+            for r in 0..rows {
+                let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+                dequantize_row(ty, &ggml[r * rb..(r + 1) * rb], &mut a);
+                dequantize_packed_row(ty, &packed[r * rb..(r + 1) * rb], &mut b);
+                assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            }
+        }
+    }
+}
