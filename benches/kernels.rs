@@ -1,0 +1,65 @@
+//! Matrix kernels on SmolLM2's shapes, every weight type, one thread:
+//! decode (1 token; throughput in weight bytes/s) and prefill (64 tokens; in multiply-adds/s).
+//!
+//! `cargo bench --bench kernels` (add `-- Q4_1` to filter).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use reprolm::kernels::packed::{is_packed, pack_rows};
+use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, Activations, Isa, MatRef, OutPtr};
+use reprolm::tensor::GgmlType;
+
+/// (cols, rows): attn_q/attn_output, attn_k/attn_v, ffn_gate/ffn_up, ffn_down, LM head.
+const SHAPES: [(usize, usize); 5] = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)];
+
+fn matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let n = rows * ty.row_bytes(cols);
+    // Bytes whose f16 scales are small and finite: every 2nd byte below 0x3C.
+    let ggml: Vec<u8> = (0..n).map(|i| if i % 2 == 1 { (i % 0x3C) as u8 } else { (i * 7 % 251) as u8 }).collect();
+    if is_packed(ty) {
+        pack_rows(ty, cols, &ggml)
+    } else {
+        ggml
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let isa = Isa::best();
+    for ty in GgmlType::ALL {
+        for (phase, n_tokens) in [("decode", 1usize), ("prefill", 64)] {
+            let mut group = c.benchmark_group(format!("{}/{phase}/{}", ty.name(), isa.name()));
+            for &(cols, rows) in &SHAPES {
+                if phase == "prefill" && rows == 49152 {
+                    continue; // the LM head runs on one row in generation
+                }
+                let data = matrix(ty, rows, cols);
+                let m = MatRef { ty, rows, cols, data: &data };
+                let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
+                let gl = group_sums_len(cols);
+                let mut gs = vec![0f32; n_tokens * gl];
+                for t in 0..n_tokens {
+                    group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * gl..(t + 1) * gl]);
+                }
+                let mut out = vec![0f32; n_tokens * rows];
+                group.throughput(if n_tokens == 1 {
+                    Throughput::Bytes(data.len() as u64)
+                } else {
+                    Throughput::Elements((rows * cols * n_tokens) as u64)
+                });
+                group.bench_function(BenchmarkId::from_parameter(format!("{cols}x{rows}")), |b| {
+                    b.iter(|| {
+                        let act = Activations { x: &x, gs: &gs, n_tokens, cols };
+                        unsafe { matmul_rows(isa, &m, &act, 0..rows, OutPtr { ptr: out.as_mut_ptr(), token_stride: rows }) };
+                    })
+                });
+            }
+            group.finish();
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_millis(300)).measurement_time(std::time::Duration::from_secs(1));
+    targets = bench
+}
+criterion_main!(benches);

@@ -1,0 +1,140 @@
+//! Every kernel path against its scalar twin (bit for bit) and a float64 reference (within
+//! the rounding bound documented below), on awkward shapes and 1 to 70 tokens.
+
+use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows};
+use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, MatRef, OutPtr};
+use reprolm::tensor::{dequantize_row, GgmlType};
+
+/// xorshift64*, enough for test data.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    fn byte(&mut self) -> u8 {
+        (self.next() >> 56) as u8
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+fn isas() -> Vec<Isa> {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()).collect()
+}
+
+/// Random ggml rows of `ty` with finite, moderate scales and values.
+fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(rows * ty.row_bytes(cols));
+    for _ in 0..rows * cols / ty.block_size() {
+        let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+        match ty {
+            GgmlType::F32 => bytes.extend_from_slice(&rng.unit().to_le_bytes()),
+            GgmlType::F16 => bytes.extend_from_slice(&f16(rng.unit())),
+            GgmlType::BF16 => bytes.extend_from_slice(&half::bf16::from_f32(rng.unit()).to_le_bytes()),
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 => {
+                bytes.extend_from_slice(&f16(rng.unit() * 0.05));
+                if ty == GgmlType::Q4_1 {
+                    bytes.extend_from_slice(&f16(rng.unit() * 0.5));
+                }
+                let n = if ty == GgmlType::Q8_0 { 32 } else { 16 };
+                bytes.extend((0..n).map(|_| rng.byte()));
+            }
+        }
+    }
+    bytes
+}
+
+/// The matrix in kernel layout (packed for quantized types) and its dequantized values.
+fn prepare(ty: GgmlType, rows: usize, cols: usize, ggml: &[u8]) -> (Vec<u8>, Vec<f32>) {
+    let data = if is_packed(ty) { pack_rows(ty, cols, ggml) } else { ggml.to_vec() };
+    let rb = ty.row_bytes(cols);
+    let mut w = vec![0f32; rows * cols];
+    for r in 0..rows {
+        let out = &mut w[r * cols..(r + 1) * cols];
+        if is_packed(ty) {
+            dequantize_packed_row(ty, &data[r * rb..(r + 1) * rb], out);
+        } else {
+            dequantize_row(ty, &ggml[r * rb..(r + 1) * rb], out);
+        }
+    }
+    (data, w)
+}
+
+fn run(isa: Isa, m: &MatRef, x: &[f32], gs: &[f32], n_tokens: usize) -> Vec<u32> {
+    let mut out = vec![0f32; n_tokens * m.rows];
+    let act = Activations { x, gs, n_tokens, cols: m.cols };
+    // Two uneven row ranges, as two threads would split them.
+    let cut = m.rows / 3;
+    for rows in [0..cut, cut..m.rows] {
+        unsafe { matmul_rows(isa, m, &act, rows, OutPtr { ptr: out.as_mut_ptr(), token_stride: m.rows }) };
+    }
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn matmul_paths_agree_bitwise_and_with_float64() {
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    for ty in GgmlType::ALL {
+        for &(rows, cols) in &[(1, 32), (7, 64), (13, 576), (33, 96), (5, 1536)] {
+            let ggml = random_matrix(&mut rng, ty, rows, cols);
+            let (data, w) = prepare(ty, rows, cols, &ggml);
+            let m = MatRef { ty, rows, cols, data: &data };
+            for n_tokens in [1, 2, 3, 4, 5, 17, 70] {
+                let x: Vec<f32> = (0..n_tokens * cols).map(|_| rng.unit()).collect();
+                let gl = group_sums_len(cols);
+                let mut gs = vec![0f32; n_tokens * gl];
+                for t in 0..n_tokens {
+                    group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * gl..(t + 1) * gl]);
+                }
+                let scalar = run(Isa::Scalar, &m, &x, &gs, n_tokens);
+                for isa in isas() {
+                    assert!(run(isa, &m, &x, &gs, n_tokens) == scalar, "{} {rows}x{cols} T={n_tokens} on {}", ty.name(), isa.name());
+                }
+                // Rounding bound: each lane accumulates cols/16 fused products and the tree
+                // adds 4 levels (plus the group sums' 5 for Q4_1's offset term), so
+                // |error| <= (cols/16 + 9) * 2^-24 * sum_i |x_i w_i| (a gamma_k bound).
+                for t in 0..n_tokens {
+                    for r in 0..rows {
+                        let (xr, wr) = (&x[t * cols..(t + 1) * cols], &w[r * cols..(r + 1) * cols]);
+                        let exact: f64 = xr.iter().zip(wr).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        let scale: f64 = xr.iter().zip(wr).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                        let got = f32::from_bits(scalar[t * rows + r]) as f64;
+                        let bound = (cols as f64 / 16.0 + 9.0) * f64::powi(2.0, -24) * scale.max(1e-30) * 2.0;
+                        assert!((got - exact).abs() <= bound, "{} {rows}x{cols}: {got} vs {exact} (bound {bound})", ty.name());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn weighted_row_sum_paths_agree_bitwise_and_with_float64() {
+    let mut rng = Rng(42);
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        for &(rows, cols) in &[(1, 32), (5, 64), (130, 64), (7, 128)] {
+            let data = random_matrix(&mut rng, ty, rows, cols);
+            let (_, v) = prepare(ty, rows, cols, &data);
+            let m = MatRef { ty, rows, cols, data: &data };
+            let weights: Vec<f32> = (0..rows).map(|_| rng.unit().abs()).collect();
+            let mut scalar = vec![0f32; cols];
+            weighted_row_sum(Isa::Scalar, &weights, &m, &mut scalar);
+            for isa in isas() {
+                let mut out = vec![0f32; cols];
+                weighted_row_sum(isa, &weights, &m, &mut out);
+                assert_eq!(out, scalar, "{} on {}", ty.name(), isa.name());
+            }
+            for c in 0..cols {
+                let exact: f64 = (0..rows).map(|r| weights[r] as f64 * v[r * cols + c] as f64).sum();
+                let scale: f64 = (0..rows).map(|r| (weights[r] as f64 * v[r * cols + c] as f64).abs()).sum();
+                let bound = rows as f64 * f64::powi(2.0, -24) * scale.max(1e-30) * 2.0;
+                assert!((scalar[c] as f64 - exact).abs() <= bound);
+            }
+        }
+    }
+}
