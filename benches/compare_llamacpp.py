@@ -1,0 +1,165 @@
+"""Side-by-side speed of reprolm and llama.cpp (llama-cpp-python) on the same GGUF file.
+
+    python benches/compare_llamacpp.py [--model PATH] [--rounds 5] [--threads 1 2]
+
+Installs nothing. llama-cpp-python must already be importable, e.g.
+``pip install llama-cpp-python`` (it compiles llama.cpp; set ``CMAKE_ARGS=-DGGML_NATIVE=ON``).
+
+Every measurement runs in a fresh subprocess, alternating reprolm and llama.cpp (A B A B ...)
+for ``--rounds`` rounds after one warm-up round, at each thread count. Both decode greedily
+(argmax of the logits) so the work is the same:
+
+- prefill: a 512-token prompt, logits for the last position only;
+- decode: 128 single-token steps after an 8-token prompt (end-of-sequence ignored);
+- ttft: time to first token for a 64-token prompt (prefill plus the argmax);
+- load: constructing the model from the file;
+- peak_rss: the worker process's peak resident memory after all of the above (MiB).
+
+Prints the median of each, and the median of the per-round ratios reprolm / llama.cpp
+(speeds: higher is better for reprolm; load and RSS: lower is better for reprolm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+PREFILL_TOKENS = 512
+DECODE_TOKENS = 128
+TTFT_TOKENS = 64
+
+
+def prompt_ids(n: int, vocab: int) -> list[int]:
+    """A deterministic prompt of ordinary tokens (ids 100..)."""
+    return [100 + (i * 7919) % (vocab - 200) for i in range(n)]
+
+
+def run_reprolm(model_path: str, threads: int) -> dict[str, float]:
+    import numpy as np
+
+    import reprolm
+
+    t0 = time.perf_counter()
+    model = reprolm.Model.load(model_path, threads=threads)
+    load = time.perf_counter() - t0
+    vocab = model.config.vocab_size
+
+    session = model.session(context_length=1024)
+    t0 = time.perf_counter()
+    session.prefill(prompt_ids(PREFILL_TOKENS, vocab))
+    prefill = time.perf_counter() - t0
+
+    session = model.session(context_length=1024)
+    logits = session.prefill(prompt_ids(8, vocab))
+    t0 = time.perf_counter()
+    for _ in range(DECODE_TOKENS):
+        logits = session.step(int(np.argmax(logits)))
+    decode = time.perf_counter() - t0
+
+    session = model.session(context_length=1024)
+    t0 = time.perf_counter()
+    int(np.argmax(session.prefill(prompt_ids(TTFT_TOKENS, vocab))))
+    ttft = time.perf_counter() - t0
+    return {"load": load, "prefill": prefill, "decode": decode, "ttft": ttft}
+
+
+def run_llamacpp(model_path: str, threads: int) -> dict[str, float]:
+    import llama_cpp
+    import numpy as np
+
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(model_path, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=threads,
+                          n_threads_batch=threads, logits_all=False, verbose=False)
+    load = time.perf_counter() - t0
+    vocab = llm.n_vocab()
+
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt_ids(PREFILL_TOKENS, vocab))
+    prefill = time.perf_counter() - t0
+
+    llm.reset()
+    llm.eval(prompt_ids(8, vocab))
+    t0 = time.perf_counter()
+    for _ in range(DECODE_TOKENS):
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        llm.eval([token])
+    decode = time.perf_counter() - t0
+
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt_ids(TTFT_TOKENS, vocab))
+    int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    ttft = time.perf_counter() - t0
+    return {"load": load, "prefill": prefill, "decode": decode, "ttft": ttft}
+
+
+ENGINES: dict[str, Callable[[str, int], dict[str, float]]] = {"reprolm": run_reprolm, "llama.cpp": run_llamacpp}
+
+
+def worker(engine: str, model_path: str, threads: int) -> None:
+    result: dict[str, Any] = ENGINES[engine](model_path, threads)
+    result["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+def measure(engine: str, model_path: str, threads: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", engine, "--model", model_path, "--threads", str(threads)],
+        check=True, capture_output=True, text=True,
+    )
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return {
+        "prefill tok/s": PREFILL_TOKENS / r["prefill"],
+        "decode tok/s": DECODE_TOKENS / r["decode"],
+        "ttft ms": 1000 * r["ttft"],
+        "load ms": 1000 * r["load"],
+        "peak RSS MiB": r["peak_rss"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="GGUF file (default: reprolm's default model)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--worker", choices=list(ENGINES), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.model is None:
+        import reprolm
+
+        args.model = str(reprolm.default_model_path())
+    if args.worker:
+        worker(args.worker, args.model, args.threads[0])
+        return
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        sys.exit("llama-cpp-python is not installed: pip install llama-cpp-python "
+                 "(builds llama.cpp; CMAKE_ARGS=-DGGML_NATIVE=ON for this CPU)")
+    print(f"model: {args.model}; {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, A B alternating")
+    for threads in args.threads:
+        results: dict[str, list[dict[str, float]]] = {e: [] for e in ENGINES}
+        for round_ in range(args.rounds + 1):
+            for engine in ENGINES:
+                r = measure(engine, args.model, threads)
+                if round_ > 0:
+                    results[engine].append(r)
+        print(f"\nthreads = {threads}")
+        print(f"  {'metric':<14} {'reprolm':>10} {'llama.cpp':>10} {'ratio':>7}")
+        for metric in results["reprolm"][0]:
+            a = [r[metric] for r in results["reprolm"]]
+            b = [r[metric] for r in results["llama.cpp"]]
+            ratio = statistics.median(x / y for x, y in zip(a, b))
+            print(f"  {metric:<14} {statistics.median(a):>10.1f} {statistics.median(b):>10.1f} {ratio:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
