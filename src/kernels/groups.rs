@@ -88,7 +88,10 @@ impl WeightGroup for Q4_0Group {
     const OFFSET: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        L::nibbles(p, -8)
+        // q - 8 in f32 is exact.
+        let (lo, hi) = L::nibbles(p);
+        let eight = L::splat(-8.0);
+        (L::add(lo, eight), L::add(hi, eight))
     }
 }
 
@@ -100,6 +103,6 @@ impl WeightGroup for Q4_1Group {
     const OFFSET: bool = true;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        L::nibbles(p, 0)
+        L::nibbles(p)
     }
 }
