@@ -163,7 +163,7 @@ fn proposition_8_2_on_random_matrices() {
 
 /// Definition 8.1 with b = 4 per block, as stored in Q4_1, checked against the stored values
 /// (see `quantize_row_q4_1_uniform` for the bound d/2 + δ).
-fn check_uniform_blocks(w: &[f32], clip: Option<f64>) -> (usize, usize, usize) {
+fn check_uniform_blocks(w: &[f32], clip: Option<f64>, nearest_check: bool) -> (usize, usize, usize) {
     let mut bytes = vec![0u8; w.len() / QK * 20];
     let clipped = quantize_row_q4_1_uniform(w, clip, as_blocks_mut(&mut bytes)).unwrap();
     let mut y = vec![0f32; w.len()];
@@ -187,7 +187,14 @@ fn check_uniform_blocks(w: &[f32], clip: Option<f64>) -> (usize, usize, usize) {
         // The stored step is at least Δ and the stored levels cover [-a, a].
         assert!(d >= 2.0 * a / 15.0 && m <= -a && f64::from(blk.d() * 15.0 + blk.m()) >= a);
         let delta = 2f64.powi(-24) * m.abs().max((m + 15.0 * d).abs());
+        let levels: Vec<f64> = (0..16).map(|j| f64::from(blk.d() * j as f32 + blk.m())).collect();
         for (&x, &q) in xb.iter().zip(yb) {
+            if nearest_check {
+                // Q(w) is a stored level nearest to the (clipped) value.
+                let wc = f64::from(x).clamp(-a, a);
+                let best = levels.iter().map(|l| (wc - l).abs()).fold(f64::INFINITY, f64::min);
+                assert_eq!((wc - f64::from(q)).abs(), best);
+            }
             let (x, q) = (f64::from(x), f64::from(q));
             if x.abs() > a {
                 n_clipped += 1;
@@ -212,7 +219,7 @@ fn proposition_8_2_on_smollm2_weights_as_stored() {
     let (mut n, mut over) = (0, 0);
     for info in file.tensors().iter().filter(|t| t.dims.len() == 2) {
         let (w, _) = dequantize_tensor(&file, &info.name);
-        let (k, o, c) = check_uniform_blocks(&w, None);
+        let (k, o, c) = check_uniform_blocks(&w, None, true);
         assert_eq!(c, 0);
         n += k;
         over += o;
@@ -221,7 +228,7 @@ fn proposition_8_2_on_smollm2_weights_as_stored() {
     // With a = max|w| nothing is clipped; with the 90th percentile (the chapter's outlier
     // remedy) the tail is clipped and the rest still obeys the bound.
     let (w, _) = dequantize_tensor(&file, "blk.0.attn_q.weight");
-    let (k, _, c) = check_uniform_blocks(&w, Some(90.0));
+    let (k, _, c) = check_uniform_blocks(&w, Some(90.0), true);
     eprintln!("blk.0.attn_q.weight, clip 90: {c} of {k} values clipped");
     assert!(c > k / 20 && c < k / 5);
 }
@@ -230,8 +237,8 @@ fn proposition_8_2_on_smollm2_weights_as_stored() {
 fn proposition_8_2_on_random_blocks_as_stored() {
     let mut rng = Rng(7);
     let w: Vec<f32> = (0..QK * 4096).map(|i| rng.normal(if i % 97 == 0 { 1.0 } else { 0.02 }) as f32).collect();
-    check_uniform_blocks(&w, None);
-    let (_, _, c) = check_uniform_blocks(&w, Some(95.0));
+    check_uniform_blocks(&w, None, true);
+    let (_, _, c) = check_uniform_blocks(&w, Some(95.0), true);
     assert!(c > 0);
 }
 

@@ -5,11 +5,15 @@
 //! These are the "min-max" rules llama.cpp's `llama-quantize` uses without an importance
 //! matrix, and the ones the `gguf` Python package implements.
 //!
-//! The chapter's proposition 8.2 bounds the error by half the step only for values inside the
-//! level range, and ggml's rules leave some values outside it: Q4_0 puts the level range at
-//! [-7/8, 1]·(the largest-magnitude value), so the opposite extreme is clipped by up to one step,
-//! and the f16 rounding of `d` (and Q4_1's `m`) moves the end levels by up to 2^-11 relative.
-//! The report in [`super::report`] measures both.
+//! How these rules sit with proposition 8.2 (|e| <= Δ/2 for values inside the level range):
+//! - Q4_0 puts the levels d(q - 8) at [-8, 7]·|d| on the side of the largest-magnitude value v
+//!   (d = v/-8), so values on the other side beyond 7|d| are clipped, by up to one step.
+//! - Codes are chosen with the f32 `d` but decoded with its f16 rounding d16, so a value inside
+//!   the levels can miss Δ/2 by up to |q - q0|·|d - d16| <= 8·2^-11·|d| (Q4_0, Q8_0 up to
+//!   127·2^-11·|d|, Q4_1 15·2^-11·|d| plus the rounding of m): worst ratios a little above 1,
+//!   and end levels that can fall short of the block's extremes.
+//!
+//! The report in [`super::report`] measures both (values outside the levels, worst ratio).
 
 use half::f16;
 

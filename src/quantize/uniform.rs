@@ -202,7 +202,9 @@ pub fn quantize_row_q4_1_uniform(x: &[f32], clip: Option<f64>, out: &mut [BlockQ
             Error::Unsupported(format!("a block range of {a} is beyond the f16 scales of Q4_1"))
         })?;
         let (df, mf) = (d.to_f32(), m.to_f32());
-        let stored = |j: u64| f64::from(df * j as f32 + mf);
+        // The levels as the dequantizer computes them.
+        let levels: [f64; 16] = std::array::from_fn(|j| f64::from(df * j as f32 + mf));
+        let inv_d = 1.0 / f64::from(df);
         let mut codes = [0u8; QK];
         for (c, &v) in codes.iter_mut().zip(xb) {
             let w = f64::from(v);
@@ -210,9 +212,15 @@ pub fn quantize_row_q4_1_uniform(x: &[f32], clip: Option<f64>, out: &mut [BlockQ
                 clipped += 1;
             }
             let w = w.clamp(-a, a);
-            let j = ((w - f64::from(mf)) / f64::from(df)).floor().clamp(0.0, 15.0) as u64;
-            let candidates = [j.saturating_sub(1), j, (j + 1).min(15), (j + 2).min(15)];
-            *c = nearest(w, candidates.into_iter().map(|k| (k, stored(k)))) as u8;
+            // w lies between the exact levels m + jd and m + (j+1)d (up to the rounding of j),
+            // and the stored levels are within δ << d of those, so the nearest stored level is
+            // level j or j + 1: any other is at least d - 2δ away.
+            // (Clamped to [0, 14] first, the cast truncates, which is floor.)
+            let j = ((w - f64::from(mf)) * inv_d).clamp(0.0, 14.0) as usize;
+            let (lo, hi) = ((w - levels[j]).abs(), (levels[j + 1] - w).abs());
+            // Halfway: the even index. (Non-short-circuit ops: no branch to mispredict.)
+            let up = (hi < lo) | ((hi == lo) & (j % 2 == 1));
+            *c = (j + usize::from(up)) as u8;
         }
         let qs = std::array::from_fn(|j| codes[j] | (codes[j + QK / 2] << 4));
         *y = BlockQ4_1 { d: d.to_le_bytes(), m: m.to_le_bytes(), qs };
