@@ -208,9 +208,12 @@ fn temp_path(path: &Path) -> Result<PathBuf> {
     let name = path
         .file_name()
         .ok_or_else(|| Error::invalid_argument("dst", format!("'{}' is not a file path", path.display())))?;
+    // Unique per process and per call, so concurrent writes never share a temporary file.
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
     Ok(path.with_file_name(tmp_name))
 }
 

@@ -16,7 +16,8 @@ fn log_softmax(z: &[f32]) -> Vec<f64> {
     z.iter().map(|&v| v as f64 - lse).collect()
 }
 
-/// KL(p ‖ q) = Σ_i p_i (log p_i - log q_i) for distributions given by their logits.
+/// KL(p ‖ q) = Σ_i p_i (log p_i - log q_i) for distributions given by their logits (a sum
+/// that rounding can push a hair below its true minimum 0 is reported as 0).
 pub fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
     let (lp, lq) = (log_softmax(p_logits), log_softmax(q_logits));
     lp.iter().zip(&lq).map(|(&a, &b)| if a == f64::NEG_INFINITY { 0.0 } else { a.exp() * (a - b) }).sum::<f64>().max(0.0)

@@ -58,6 +58,9 @@ impl QuantizeOptions {
         report_text: Option<String>,
     ) -> Result<QuantizeOptions> {
         let weight_type = parse_type("type", type_name, &WEIGHT_TYPES)?;
+        if report_text.as_deref() == Some("") {
+            return Err(Error::invalid_argument("report_text", "is empty: the KL divergence needs at least one token"));
+        }
         let output_type = match output_type {
             None => DEFAULT_OUTPUT_TYPE,
             Some(name) => parse_type("output_type", name, &OUTPUT_TYPES)?,
@@ -123,6 +126,7 @@ mod tests {
             bad(QuantizeOptions::parse("q4_1", "uniform", Some(p), None, None), "clip");
         }
         bad(QuantizeOptions::parse("q4_1", "minmax", None, Some("q6_k"), None), "output_type");
+        bad(QuantizeOptions::parse("q4_1", "minmax", None, None, Some(String::new())), "report_text");
         assert_eq!(parse_convert_type("F16").unwrap(), GgmlType::F16);
         assert!(parse_convert_type("q8_0").is_err());
     }

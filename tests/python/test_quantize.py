@@ -234,6 +234,7 @@ def test_cli_quantize_report_and_convert(model_path: Path, out_dir: Path, capsys
         ({"scheme": "uniform", "clip": float("nan")}, "clip"),
         ({"clip": 99}, "clip"),
         ({"output_type": "q6_k"}, "output_type"),
+        ({"report_text": ""}, "report_text"),
     ],
 )
 def test_bad_settings_raise_invalid_argument(model_path: Path, tmp_path: Path, kwargs: dict, setting: str) -> None:
