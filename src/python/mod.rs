@@ -2,6 +2,7 @@
 //! extracted, the GIL is released, and the Rust API does the work.
 
 mod errors;
+mod quantize;
 mod sampling;
 
 use std::sync::Arc;
@@ -275,6 +276,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModelConfig>()?;
     m.add_class::<PySession>()?;
     sampling::register(m)?;
+    quantize::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
