@@ -15,7 +15,7 @@
 //! - Q4_1's offset, `sum(x * m) = sum_g m_g S_g` with `S_g` the group sums of
 //!   [`super::group_sums`]: a second accumulator over chunks of 16 groups,
 //!   `macc = fma(m[16c..16c+16], S[16c..16c+16], macc)` (zero-padded past the last group);
-//! - result `reduce(lo + hi)`, plus `reduce(macc)` for Q4_1, with the fixed tree of
+//! - result `reduce(lo + hi)`, or `reduce((lo + hi) + macc)` for Q4_1, with the fixed tree of
 //!   [`super::lanes::Lanes16::reduce`].
 //!
 //! For Q8_0 and Q4_0 this is exactly the dot product with ggml's dequantized weights.

@@ -39,6 +39,13 @@ pub trait Lanes16: Copy {
     unsafe fn i8x32(qs: *const i8) -> (Self, Self);
     /// 16 little-endian f16 values.
     unsafe fn f16x16(p: *const u8) -> Self;
+    /// The first `n` (1 to 16) of 16 little-endian f16 values; the other lanes are zero.
+    #[inline(always)]
+    unsafe fn f16_partial(p: *const u8, n: usize) -> Self {
+        let mut padded = [0u8; 32];
+        std::ptr::copy_nonoverlapping(p, padded.as_mut_ptr(), 2 * n);
+        Self::f16x16(padded.as_ptr())
+    }
     /// 16 little-endian bf16 values.
     unsafe fn bf16x16(p: *const u8) -> Self;
 }
@@ -202,6 +209,11 @@ mod x86 {
         #[inline(always)]
         unsafe fn f16x16(p: *const u8) -> Self {
             Avx512(_mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
+        }
+        #[inline(always)]
+        unsafe fn f16_partial(p: *const u8, n: usize) -> Self {
+            let mask = ((1u32 << n) - 1) as __mmask16;
+            Avx512(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p.cast())))
         }
         #[inline(always)]
         unsafe fn bf16x16(p: *const u8) -> Self {

@@ -57,7 +57,12 @@ impl Isa {
                 is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Isa::Avx2.available() && is_x86_feature_detected!("avx512f"),
+            Isa::Avx512 => {
+                Isa::Avx2.available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+            }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -224,7 +229,7 @@ mod x86 {
         by_type::<Avx2x2>(w, act, rows, out)
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
         by_type::<Avx512>(w, act, rows, out)
     }
@@ -234,7 +239,7 @@ mod x86 {
         axpy_by_type::<Avx2x2>(weights, v, out)
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub unsafe fn avx512_axpy(weights: &[f32], v: &MatRef, out: &mut [f32]) {
         axpy_by_type::<Avx512>(weights, v, out)
     }
@@ -284,9 +289,7 @@ unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
     if n == 16 {
         L::f16x16(p)
     } else {
-        let mut padded = [0u8; 32];
-        std::ptr::copy_nonoverlapping(p, padded.as_mut_ptr(), 2 * n);
-        L::f16x16(padded.as_ptr())
+        L::f16_partial(p, n)
     }
 }
 
@@ -332,11 +335,11 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NT: usize>(
         }
     }
     for t in 0..NT {
-        let mut v = L::add(acc_lo[t], acc_hi[t]).reduce();
+        let mut v = L::add(acc_lo[t], acc_hi[t]);
         if W::OFFSET {
-            v += macc[t].reduce();
+            v = L::add(v, macc[t]);
         }
-        *out.add(t * out_stride) = v;
+        *out.add(t * out_stride) = v.reduce();
     }
     NT
 }
