@@ -140,6 +140,7 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
     assert!(w.ty != GgmlType::Q4_1 || act.xs.len() >= act.n_tokens * act.cols / 2);
+    crate::count::mults(rows.len() * act.n_tokens * w.cols);
     match isa {
         Isa::Scalar => by_type::<Scalar16>(w, act, rows, out),
         #[cfg(target_arch = "x86_64")]
@@ -154,17 +155,30 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
 /// `out = sum_r weights[r] * V[r]` over the rows of `v` in index order, lane-wise fused
 /// multiply-adds starting from zero (attention's weighted sum of values). `v` must be F32 or F16.
 pub fn weighted_row_sum(isa: Isa, weights: &[f32], v: &MatRef, out: &mut [f32]) {
-    assert!(weights.len() <= v.rows && out.len() == v.cols && v.cols % GROUP == 0);
-    assert!(matches!(v.ty, GgmlType::F32 | GgmlType::F16));
-    assert_eq!(v.data.len(), v.rows * v.row_bytes());
+    weighted_row_sum_pieces(isa, &[(weights, *v)], out)
+}
+
+/// [`weighted_row_sum`] over several row blocks taken as one: `out = sum over pieces, in
+/// order, of sum_r weights[r] * V[r]`, with one accumulator that is never reset between
+/// pieces. The op sequence is that of the concatenated rows, however they are split (a ring
+/// buffer's wrapped window gives the same bits as a contiguous one).
+pub fn weighted_row_sum_pieces(isa: Isa, pieces: &[(&[f32], MatRef)], out: &mut [f32]) {
+    assert!(!pieces.is_empty() && out.len() % GROUP == 0);
+    let ty = pieces[0].1.ty;
+    assert!(matches!(ty, GgmlType::F32 | GgmlType::F16));
+    for (weights, v) in pieces {
+        assert!(weights.len() <= v.rows && out.len() == v.cols && v.ty == ty);
+        assert_eq!(v.data.len(), v.rows * v.row_bytes());
+        crate::count::mults(weights.len() * v.cols);
+    }
     // SAFETY: bounds asserted above; the ISA was checked when it was selected.
     unsafe {
         match isa {
-            Isa::Scalar => axpy_by_type::<Scalar16>(weights, v, out),
+            Isa::Scalar => axpy_by_type::<Scalar16>(pieces, out),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => x86::avx2_axpy(weights, v, out),
+            Isa::Avx2 => x86::avx2_axpy(pieces, out),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => x86::avx512_axpy(weights, v, out),
+            Isa::Avx512 => x86::avx512_axpy(pieces, out),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("no SIMD path on this architecture"),
         }
@@ -172,23 +186,25 @@ pub fn weighted_row_sum(isa: Isa, weights: &[f32], v: &MatRef, out: &mut [f32]) 
 }
 
 #[inline(always)]
-unsafe fn axpy_by_type<L: Lanes16>(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-    match v.ty {
-        GgmlType::F16 => axpy::<L, F16Group>(weights, v, out),
-        _ => axpy::<L, F32Group>(weights, v, out),
+unsafe fn axpy_by_type<L: Lanes16>(pieces: &[(&[f32], MatRef)], out: &mut [f32]) {
+    match pieces[0].1.ty {
+        GgmlType::F16 => axpy::<L, F16Group>(pieces, out),
+        _ => axpy::<L, F32Group>(pieces, out),
     }
 }
 
 #[inline(always)]
-unsafe fn axpy<L: Lanes16, W: WeightGroup>(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-    let row_bytes = v.row_bytes();
-    for g in 0..v.cols / GROUP {
+unsafe fn axpy<L: Lanes16, W: WeightGroup>(pieces: &[(&[f32], MatRef)], out: &mut [f32]) {
+    for g in 0..out.len() / GROUP {
         let (mut lo, mut hi) = (L::zero(), L::zero());
-        for (r, &a) in weights.iter().enumerate() {
-            let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::BYTES));
-            let a = L::splat(a);
-            lo = L::fma(a, v_lo, lo);
-            hi = L::fma(a, v_hi, hi);
+        for (weights, v) in pieces {
+            let row_bytes = v.row_bytes();
+            for (r, &a) in weights.iter().enumerate() {
+                let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::BYTES));
+                let a = L::splat(a);
+                lo = L::fma(a, v_lo, lo);
+                hi = L::fma(a, v_hi, hi);
+            }
         }
         lo.store(out.as_mut_ptr().add(g * GROUP));
         hi.store(out.as_mut_ptr().add(g * GROUP + GROUP / 2));
@@ -217,13 +233,13 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn avx2_axpy(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-        axpy_by_type::<Avx2x2>(weights, v, out)
+    pub unsafe fn avx2_axpy(pieces: &[(&[f32], MatRef)], out: &mut [f32]) {
+        axpy_by_type::<Avx2x2>(pieces, out)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    pub unsafe fn avx512_axpy(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-        axpy_by_type::<Avx512>(weights, v, out)
+    pub unsafe fn avx512_axpy(pieces: &[(&[f32], MatRef)], out: &mut [f32]) {
+        axpy_by_type::<Avx512>(pieces, out)
     }
 }
 

@@ -11,7 +11,7 @@ use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{lane_sums, matmul_rows, weighted_row_sum, Activations, Isa, OutPtr};
+use crate::kernels::{lane_sums, matmul_rows, weighted_row_sum_pieces, Activations, Isa, MatRef, OutPtr};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -59,7 +59,7 @@ pub struct Scratch {
     /// [T][head_dim / 2] rotation of each pair at each position
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
-    /// [n_threads][capacity] attention scores
+    /// [n_threads][capacity] attention scores (the keys one query attends to, in position order)
     scores: Vec<f32>,
     /// [rows needing logits][vocab_size]
     pub logits: Vec<f32>,
@@ -116,9 +116,7 @@ impl Llama {
             return Err(Error::TokenOutOfRange { id: bad.into(), vocab_size: cfg.vocab_size });
         }
         let p0 = cache.len();
-        if p0 + t_n > cache.capacity() {
-            return Err(Error::ContextOverflow { requested: p0 + t_n, allowed: cache.capacity() });
-        }
+        cache.check_append(t_n)?;
         scratch.ensure(cfg, t_n, pool.n_threads(), cache.capacity());
         let (d, dkv, hd, ff) = (cfg.d_model, cfg.d_kv(), cfg.head_dim, cfg.ffn_dim);
         let w = &self.weights;
@@ -129,6 +127,7 @@ impl Llama {
         self.rope_table(scratch, p0, t_n);
 
         for (l, lw) in w.layers.iter().enumerate() {
+            crate::count::set_layer(Some(l));
             // Attention block.
             rms_norm_rows(&scratch.x, &lw.attn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
             prepare(&scratch.xn, d, t_n, &mut scratch.xs);
@@ -167,7 +166,8 @@ impl Llama {
             self.matmuls(pool, &scratch.gate, &scratch.xs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
         }
-        cache.set_len(p0 + t_n);
+        cache.advance_to(p0 + t_n);
+        crate::count::set_layer(None);
 
         let first = match rows {
             LogitRows::None => return Ok(()),
@@ -230,7 +230,10 @@ impl Llama {
     }
 
     /// Causal attention of the `t_n` new positions (starting at `p0`) over the cache,
-    /// parallel over (token, head) pairs. Output in `scratch.att`.
+    /// parallel over (token, head) pairs. Each query reads the keys it attends to (see
+    /// [`KvCache::pieces`]) in position order: scores are independent dots, the softmax and
+    /// the weighted sum of values run over them in position order with one accumulator, so a
+    /// query's op sequence depends only on the positions it attends to. Output in `scratch.att`.
     fn attention(&self, pool: &ThreadPool, cache: &KvCache, s: &mut Scratch, layer: usize, p0: usize, t_n: usize) {
         let cfg = &self.config;
         let (d, hd) = (cfg.d_model, cfg.head_dim);
@@ -245,16 +248,27 @@ impl Llama {
             for task in split(t_n * cfg.n_heads, i, n) {
                 let (t, h) = (task / cfg.n_heads, task % cfg.n_heads);
                 let g = h / cfg.group_size();
-                let n_keys = p0 + t + 1;
+                let (slots, n_pieces) = cache.pieces(p0 + t);
                 let query = &q[t * d + h * hd..t * d + (h + 1) * hd];
-                let keys = cache.keys(layer, g, n_keys);
                 let act = Activations { x: query, xs: &[], n_tokens: 1, cols: hd };
-                let sc = &mut scores[..n_keys];
-                // SAFETY: n_keys outputs into this thread's own scores row.
-                unsafe { matmul_rows(self.isa, &keys, &act, 0..n_keys, OutPtr { ptr: sc.as_mut_ptr(), token_stride: 1 }) };
+                let mut offsets = [0usize; 4];
+                for (j, r) in slots[..n_pieces].iter().enumerate() {
+                    let keys = cache.keys(layer, g, r.clone());
+                    let out = OutPtr { ptr: scores[offsets[j]..].as_mut_ptr(), token_stride: 1 };
+                    // SAFETY: keys.rows outputs into this thread's own scores row (the pieces
+                    // hold at most `capacity` keys in all).
+                    unsafe { matmul_rows(self.isa, &keys, &act, 0..keys.rows, out) };
+                    offsets[j + 1] = offsets[j] + keys.rows;
+                }
+                let sc = &mut scores[..offsets[n_pieces]];
                 softmax_scaled(sc, scale);
+                let pieces: [(&[f32], MatRef); 3] = std::array::from_fn(|j| {
+                    let r = if j < n_pieces { slots[j].clone() } else { 0..0 };
+                    let (lo, hi) = if j < n_pieces { (offsets[j], offsets[j + 1]) } else { (0, 0) };
+                    (&sc[lo..hi], cache.values(layer, g, r))
+                });
                 let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * d + h * hd), hd) };
-                weighted_row_sum(self.isa, sc, &cache.values(layer, g, n_keys), out);
+                weighted_row_sum_pieces(self.isa, &pieces[..n_pieces], out);
             }
         });
     }
