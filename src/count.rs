@@ -5,7 +5,7 @@
 //! What is counted is the chapter's rule: one multiplication per (weight or key or value
 //! element) x (activation or query or attention weight) product, i.e. `rows * tokens * cols`
 //! for a matrix product ([`crate::kernels::matmul_rows`]) and `keys * head_dim` for the
-//! weighted sum of values ([`crate::kernels::weighted_row_sum_pieces`]). Like the chapter,
+//! weighted sum of values ([`crate::kernels::weighted_row_sums`]). Like the chapter,
 //! it leaves out normalisation, RoPE, softmax, the SwiGLU gate and the per-group scale
 //! products of quantized weights (part of reading a weight, not of the matrix product).
 //!

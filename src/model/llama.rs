@@ -11,7 +11,7 @@ use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{lane_sums, matmul_rows, weighted_row_sum_pieces, Activations, Isa, MatRef, OutPtr};
+use crate::kernels::{lane_sums, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -59,7 +59,8 @@ pub struct Scratch {
     /// [T][head_dim / 2] rotation of each pair at each position
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
-    /// [n_threads][capacity] attention scores (the keys one query attends to, in position order)
+    /// [n_threads][group_size][capacity] attention scores of the query heads sharing a KV
+    /// head (the keys each query attends to, in position order)
     scores: Vec<f32>,
     /// [rows needing logits][vocab_size]
     pub logits: Vec<f32>,
@@ -85,7 +86,7 @@ impl Scratch {
         grow(&mut self.up, t * cfg.ffn_dim);
         grow(&mut self.rope_cos, t * cfg.head_dim / 2);
         grow(&mut self.rope_sin, t * cfg.head_dim / 2);
-        grow(&mut self.scores, n_threads * capacity);
+        grow(&mut self.scores, n_threads * cfg.group_size() * capacity);
         self.n_tokens = t;
     }
 }
@@ -230,45 +231,53 @@ impl Llama {
     }
 
     /// Causal attention of the `t_n` new positions (starting at `p0`) over the cache,
-    /// parallel over (token, head) pairs. Each query reads the keys it attends to (see
-    /// [`KvCache::pieces`]) in position order: scores are independent dots, the softmax and
-    /// the weighted sum of values run over them in position order with one accumulator, so a
-    /// query's op sequence depends only on the positions it attends to. Output in `scratch.att`.
+    /// parallel over (token, head) pairs; a thread takes its consecutive heads that share a
+    /// KV head together, so each key and value row is read once for all of them.
+    ///
+    /// Each query reads the keys it attends to (see [`KvCache::pieces`]) in position order:
+    /// scores are independent dots (the kernels give a dot the same op sequence whatever the
+    /// number of queries per call), the softmax and the weighted sum of values run over them
+    /// in position order with one accumulator, so a query's op sequence depends only on the
+    /// positions it attends to. Output in `scratch.att`.
     fn attention(&self, pool: &ThreadPool, cache: &KvCache, s: &mut Scratch, layer: usize, p0: usize, t_n: usize) {
         let cfg = &self.config;
-        let (d, hd) = (cfg.d_model, cfg.head_dim);
+        let (d, hd, nh, gs) = (cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.group_size());
         let scale = 1.0 / (hd as f32).sqrt();
         let capacity = cache.capacity();
         let n = pool.n_threads();
         let (q, att, scores) = (&s.q, SharedMut(s.att.as_mut_ptr()), SharedMut(s.scores.as_mut_ptr()));
         pool.run(|i| {
             let (att, scores) = (att, scores);
-            // SAFETY: thread i owns scores row i and the att slices of its (token, head) pairs.
-            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(i * capacity), capacity) };
-            for task in split(t_n * cfg.n_heads, i, n) {
-                let (t, h) = (task / cfg.n_heads, task % cfg.n_heads);
-                let g = h / cfg.group_size();
+            // SAFETY: thread i owns scores block i and the att slices of its (token, head) pairs.
+            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(i * gs * capacity), gs * capacity) };
+            let mine = split(t_n * nh, i, n);
+            let mut task = mine.start;
+            while task < mine.end {
+                let (t, h) = (task / nh, task % nh);
+                let g = h / gs;
+                // Heads h..h + nq: this thread's, all reading KV head g.
+                let nq = ((g + 1) * gs - h).min(mine.end - task);
+                task += nq;
                 let (slots, n_pieces) = cache.pieces(p0 + t);
-                let query = &q[t * d + h * hd..t * d + (h + 1) * hd];
-                let act = Activations { x: query, xs: &[], n_tokens: 1, cols: hd };
-                let mut offsets = [0usize; 4];
-                for (j, r) in slots[..n_pieces].iter().enumerate() {
+                let queries = &q[t * d + h * hd..t * d + (h + nq) * hd];
+                let act = Activations { x: queries, xs: &[], n_tokens: nq, cols: hd };
+                let mut n_keys = 0;
+                for r in &slots[..n_pieces] {
                     let keys = cache.keys(layer, g, r.clone());
-                    let out = OutPtr { ptr: scores[offsets[j]..].as_mut_ptr(), token_stride: 1 };
-                    // SAFETY: keys.rows outputs into this thread's own scores row (the pieces
-                    // hold at most `capacity` keys in all).
+                    let out = OutPtr { ptr: scores[n_keys..].as_mut_ptr(), token_stride: capacity };
+                    // SAFETY: nq rows of keys.rows outputs, `capacity` apart, in this thread's
+                    // own scores block (the pieces hold at most `capacity` keys in all).
                     unsafe { matmul_rows(self.isa, &keys, &act, 0..keys.rows, out) };
-                    offsets[j + 1] = offsets[j] + keys.rows;
+                    n_keys += keys.rows;
                 }
-                let sc = &mut scores[..offsets[n_pieces]];
-                softmax_scaled(sc, scale);
-                let pieces: [(&[f32], MatRef); 3] = std::array::from_fn(|j| {
-                    let r = if j < n_pieces { slots[j].clone() } else { 0..0 };
-                    let (lo, hi) = if j < n_pieces { (offsets[j], offsets[j + 1]) } else { (0, 0) };
-                    (&sc[lo..hi], cache.values(layer, g, r))
+                for j in 0..nq {
+                    softmax_scaled(&mut scores[j * capacity..j * capacity + n_keys], scale);
+                }
+                let values: [MatRef; 3] = std::array::from_fn(|j| {
+                    cache.values(layer, g, if j < n_pieces { slots[j].clone() } else { 0..0 })
                 });
-                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * d + h * hd), hd) };
-                weighted_row_sum_pieces(self.isa, &pieces[..n_pieces], out);
+                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * d + h * hd), nq * hd) };
+                weighted_row_sums(self.isa, scores, capacity, &values[..n_pieces], out);
             }
         });
     }
