@@ -11,4 +11,6 @@ python3 -m venv .venv
 .venv/bin/python -m reprolm download
 
 cargo test --release
+# Counting mode (the chapter's theorem 7.3 against the multiplications the kernels perform).
+cargo test --release --features count-ops --test op_counts
 .venv/bin/python -m pytest

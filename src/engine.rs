@@ -7,7 +7,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::kernels::Isa;
-use crate::model::{KvCache, Llama, LlamaWeights, LogitRows, ModelConfig, Scratch};
+use crate::decode::{self, Generation};
+use crate::model::{KvCache, KvCacheOptions, KvDtype, Llama, LlamaWeights, LogitRows, ModelConfig, Overflow, Scratch};
+use crate::sampling::Sampler;
 use crate::threads::ThreadPool;
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
 
@@ -28,6 +30,8 @@ pub struct Engine {
     pub llama: Llama,
     pub tokenizer: Tokenizer,
     pool: ThreadPool,
+    /// XXH64 of the model file's bytes, computed on first use (session state files).
+    fingerprint: std::sync::OnceLock<u64>,
 }
 
 impl Engine {
@@ -49,7 +53,13 @@ impl Engine {
                 config.vocab_size
             )));
         }
-        Ok(Engine { file, llama: Llama { config, weights, isa }, tokenizer, pool: ThreadPool::new(threads) })
+        Ok(Engine {
+            file,
+            llama: Llama { config, weights, isa },
+            tokenizer,
+            pool: ThreadPool::new(threads),
+            fingerprint: std::sync::OnceLock::new(),
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -67,6 +77,20 @@ impl Engine {
         Ok(std::mem::take(&mut session.scratch.logits))
     }
 
+    /// Identifies the model file: XXH64 (seed 0) of all its bytes, computed once.
+    pub fn fingerprint(&self) -> u64 {
+        *self.fingerprint.get_or_init(|| crate::state::xxh64(&self.file.map()[..], 0))
+    }
+
+    /// The default cache capacity: the model's context length, capped so that a cache of
+    /// `dtype` numbers takes at most half of the memory the OS reports available.
+    pub fn default_context_length(&self, dtype: KvDtype) -> usize {
+        let cfg = self.config();
+        let per_position = 2 * cfg.n_layers * cfg.d_kv() * dtype.bytes();
+        let limit = available_memory().map_or(usize::MAX, |m| (m / 2 / per_position.max(1)).max(1));
+        cfg.context_length.clamp(1, limit.max(1))
+    }
+
     /// Checks every id against the vocabulary.
     pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
         match ids.iter().find(|&&id| id as usize >= self.config().vocab_size) {
@@ -76,26 +100,67 @@ impl Engine {
     }
 }
 
-/// One sequence's state: the tokens processed so far and their KV cache.
+/// Bytes of memory available to new allocations (Linux `MemAvailable`), if known.
+fn available_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
+/// How to make a [`Session`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Positions the cache holds (default: [`Engine::default_context_length`]).
+    pub context_length: Option<usize>,
+    pub kv_dtype: KvDtype,
+    pub overflow: Overflow,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions { context_length: None, kv_dtype: KvDtype::F32, overflow: Overflow::Error }
+    }
+}
+
+/// One sequence's state: its tokens and their KV cache.
+///
+/// Invariant: the cache holds the keys and values of `tokens[..cache.len()]`. After a
+/// truncation that a full sliding window cannot serve (it has already overwritten keys the
+/// kept prefix needs), the cache restarts empty and the next call recomputes the prefix,
+/// which gives the same bits as if it had never been dropped (theorem 7.2).
 pub struct Session {
-    engine: Arc<Engine>,
-    cache: KvCache,
-    scratch: Scratch,
-    /// The ids whose keys and values are in the cache, in order.
-    tokens: Vec<u32>,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) cache: KvCache,
+    pub(crate) scratch: Scratch,
+    /// [n_tokens] every id of the sequence, in position order
+    pub(crate) tokens: Vec<u32>,
 }
 
 impl Session {
-    /// A session whose cache holds up to `capacity` positions.
+    /// A session whose f32 cache holds up to `capacity` positions and refuses to overflow.
     pub fn new(engine: Arc<Engine>, capacity: usize) -> Result<Session> {
-        let cache = KvCache::new(engine.config(), capacity)?;
-        Ok(Session { engine, cache, scratch: Scratch::default(), tokens: Vec::new() })
+        Session::with_options(engine, &SessionOptions { context_length: Some(capacity), ..Default::default() })
+    }
+
+    pub fn with_options(engine: Arc<Engine>, options: &SessionOptions) -> Result<Session> {
+        let capacity = options.context_length.unwrap_or_else(|| engine.default_context_length(options.kv_dtype));
+        let cache = KvCache::with_options(
+            engine.config(),
+            &KvCacheOptions { capacity, dtype: options.kv_dtype, overflow: options.overflow },
+        )?;
+        Ok(Session::from_parts(engine, cache, Vec::new()))
+    }
+
+    pub(crate) fn from_parts(engine: Arc<Engine>, cache: KvCache, tokens: Vec<u32>) -> Session {
+        Session { engine, cache, scratch: Scratch::default(), tokens }
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
 
+    /// Every id of the sequence so far.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
     }
@@ -104,17 +169,68 @@ impl Session {
         self.cache.capacity()
     }
 
-    /// Drops every position from `n` on (the cached prefix before it stays valid).
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    /// Bytes of keys and values held (see [`KvCache::kv_bytes`]).
+    pub fn kv_bytes(&self) -> usize {
+        self.cache.kv_bytes()
+    }
+
+    /// Drops every token from `n` on; the prefix before it stays valid (theorem 7.2).
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.tokens.len());
         self.tokens.truncate(n);
-        self.cache.set_len(n);
+        if n < self.cache.len() {
+            // false: the window could not keep the prefix; it is recomputed on the next call.
+            let _kept = self.cache.truncate(n);
+        }
     }
 
+    /// Appends `ids` and runs every position not yet in the cache. Checks the ids and the
+    /// overflow policy before any work.
     fn forward(&mut self, ids: &[u32], rows: LogitRows) -> Result<()> {
-        let engine = &*self.engine;
-        engine.llama.forward(&engine.pool, &mut self.cache, &mut self.scratch, ids, rows)?;
+        if ids.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        self.engine.check_ids(ids)?;
+        let old_len = self.tokens.len();
+        self.cache.check_fits(old_len - self.cache.len() + ids.len())?;
         self.tokens.extend_from_slice(ids);
+        let result = self.run_pending(rows, ids.len());
+        if result.is_err() {
+            self.tokens.truncate(self.cache.len().max(old_len));
+        }
+        result
+    }
+
+    /// Runs `tokens[cache.len()..]` in as few forward calls as the cache allows (one, unless
+    /// a full sliding window forces one token per call); the last `n_new` are the caller's.
+    fn run_pending(&mut self, rows: LogitRows, n_new: usize) -> Result<()> {
+        let engine = &*self.engine;
+        let total = self.tokens.len();
+        let first_new = total - n_new;
+        let vocab = engine.config().vocab_size;
+        let mut gathered: Option<Vec<f32>> = None;
+        while self.cache.len() < total {
+            let a = self.cache.len();
+            let b = total.min(a + self.cache.max_append());
+            let batch_rows = match rows {
+                LogitRows::None => LogitRows::None,
+                LogitRows::Last if b == total => LogitRows::Last,
+                LogitRows::All if b > first_new => LogitRows::All,
+                _ => LogitRows::None,
+            };
+            engine.llama.forward(&engine.pool, &mut self.cache, &mut self.scratch, &self.tokens[a..b], batch_rows)?;
+            if batch_rows == LogitRows::All && !(a == first_new && b == total) {
+                let skip = first_new.saturating_sub(a);
+                gathered.get_or_insert_with(Vec::new).extend_from_slice(&self.scratch.logits[skip * vocab..(b - a) * vocab]);
+            }
+        }
+        if let Some(all) = gathered {
+            self.scratch.logits = all;
+        }
         Ok(())
     }
 
@@ -137,9 +253,29 @@ impl Session {
         let start = self.tokens.len();
         self.feed(&context[start..])
     }
+
+    /// Generates from `prompt` (the whole context, not a continuation of this session's
+    /// tokens): the prefix `prompt` shares with the session is reused, the rest computed. With
+    /// the `Error` policy, `prompt.len() + max_tokens` must fit the cache, checked before any
+    /// work. Afterwards the session holds the prompt and the generated ids but the last.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        max_tokens: usize,
+        stop_token_ids: &[u32],
+    ) -> Result<Generation> {
+        if self.cache.overflow() == Overflow::Error {
+            let requested = prompt.len().saturating_add(max_tokens);
+            if requested > self.capacity() {
+                return Err(Error::ContextOverflow { requested, allowed: self.capacity() });
+            }
+        }
+        decode::generate(self, prompt, sampler, max_tokens, stop_token_ids)
+    }
 }
 
-impl crate::decode::LanguageModel for Session {
+impl decode::LanguageModel for Session {
     fn vocab_size(&self) -> usize {
         self.engine.config().vocab_size
     }

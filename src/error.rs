@@ -62,6 +62,18 @@ pub enum Error {
     #[error("context overflow: {requested} tokens requested, at most {allowed} fit")]
     ContextOverflow { requested: usize, allowed: usize },
 
+    /// A session state file that is not one, or is damaged (truncated, altered, inconsistent).
+    #[error("invalid session state file: {0}")]
+    StateFormat(String),
+
+    /// A session state file written by another version of the format.
+    #[error("session state file has format version {found}; this reprolm reads version {supported}")]
+    StateVersion { found: u32, supported: u32 },
+
+    /// A session state file saved with another model (or another model file).
+    #[error("session state file belongs to another model: {0}")]
+    StateModelMismatch(String),
+
     /// Generation was interrupted by the caller (e.g. Ctrl-C).
     #[error("interrupted")]
     Interrupted,

@@ -5,6 +5,7 @@
 //! [`model::KvCache`] -> logits. The kernels in [`kernels`] compute every output with one
 //! fixed op sequence, so results do not depend on thread count, batch size or ISA.
 
+pub mod count;
 pub mod decode;
 pub mod engine;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod kernels;
 pub mod model;
 pub mod quantize;
 pub mod sampling;
+pub mod state;
 pub mod tensor;
 pub mod threads;
 pub mod tokenizer;

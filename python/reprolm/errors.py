@@ -21,6 +21,10 @@ __all__ = [
     "EmptyPromptError",
     "InvalidArgumentError",
     "ContextOverflowError",
+    "SessionStateError",
+    "StateFormatError",
+    "StateVersionError",
+    "StateModelMismatchError",
     "ModelDownloadError",
 ]
 
@@ -67,6 +71,22 @@ class InvalidArgumentError(InvalidInputError):
 
 class ContextOverflowError(ReprolmError):
     """The sequence would not fit in the model's context (KV cache)."""
+
+
+class SessionStateError(ReprolmError, ValueError):
+    """A session state file could not be restored (:meth:`reprolm.Session.load`)."""
+
+
+class StateFormatError(SessionStateError):
+    """Not a session state file, or a damaged one (truncated, altered: checksum mismatch)."""
+
+
+class StateVersionError(SessionStateError):
+    """A session state file in a format version this reprolm does not read."""
+
+
+class StateModelMismatchError(SessionStateError):
+    """A session state file saved with another model file."""
 
 
 class ModelDownloadError(ReprolmError):

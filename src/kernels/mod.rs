@@ -158,6 +158,7 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
     assert!(w.ty != GgmlType::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
+    crate::count::mults(rows.len() * act.n_tokens * w.cols);
     match isa {
         Isa::Scalar => by_type::<Scalar16>(w, act, rows, out),
         #[cfg(target_arch = "x86_64")]
@@ -172,17 +173,38 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
 /// `out = sum_r weights[r] * V[r]` over the rows of `v` in index order, lane-wise fused
 /// multiply-adds starting from zero (attention's weighted sum of values). `v` must be F32 or F16.
 pub fn weighted_row_sum(isa: Isa, weights: &[f32], v: &MatRef, out: &mut [f32]) {
-    assert!(weights.len() <= v.rows && out.len() == v.cols && v.cols % GROUP == 0);
-    assert!(matches!(v.ty, GgmlType::F32 | GgmlType::F16));
-    assert_eq!(v.data.len(), v.rows * v.row_bytes());
+    assert!(weights.len() <= v.rows && out.len() == v.cols);
+    let v = MatRef { rows: weights.len(), data: &v.data[..weights.len() * v.row_bytes()], ..*v };
+    weighted_row_sums(isa, weights, weights.len(), &[v], out)
+}
+
+/// [`weighted_row_sum`] for several weight rows over the same values, whose rows come in
+/// several blocks taken as one sequence: with `n = sum of the pieces' rows` and
+/// `w_j = weights[j * stride..j * stride + n]`, `out[j * cols..(j + 1) * cols]` gets
+/// `sum over pieces in order, rows in order, of w_j[r] * V[r]`, one accumulator per output
+/// lane that is never reset between pieces. Each output has the op sequence of
+/// [`weighted_row_sum`] over the concatenated rows, however the rows are split into pieces
+/// (a ring buffer's wrapped window gives the bits of a contiguous one) and however many
+/// weight rows share the call (the query heads of one KV head read each value row once).
+pub fn weighted_row_sums(isa: Isa, weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
+    assert!(!pieces.is_empty());
+    let (ty, cols) = (pieces[0].ty, pieces[0].cols);
+    assert!(matches!(ty, GgmlType::F32 | GgmlType::F16) && cols % GROUP == 0 && out.len() % cols == 0);
+    let n: usize = pieces.iter().map(|v| v.rows).sum();
+    for v in pieces {
+        assert!(v.ty == ty && v.cols == cols && v.data.len() == v.rows * v.row_bytes());
+    }
+    let n_out = out.len() / cols;
+    assert!(n_out == 0 || ((n <= stride || n_out == 1) && weights.len() >= (n_out - 1) * stride + n));
+    crate::count::mults(n_out * n * cols);
     // SAFETY: bounds asserted above; the ISA was checked when it was selected.
     unsafe {
         match isa {
-            Isa::Scalar => axpy_by_type::<Scalar16>(weights, v, out),
+            Isa::Scalar => axpy_by_type::<Scalar16>(weights, stride, pieces, out),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => x86::avx2_axpy(weights, v, out),
+            Isa::Avx2 => x86::avx2_axpy(weights, stride, pieces, out),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => x86::avx512_axpy(weights, v, out),
+            Isa::Avx512 => x86::avx512_axpy(weights, stride, pieces, out),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("no SIMD path on this architecture"),
         }
@@ -190,27 +212,60 @@ pub fn weighted_row_sum(isa: Isa, weights: &[f32], v: &MatRef, out: &mut [f32]) 
 }
 
 #[inline(always)]
-unsafe fn axpy_by_type<L: Lanes16>(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-    match v.ty {
-        GgmlType::F16 => axpy::<L, F16Group>(weights, v, out),
-        _ => axpy::<L, F32Group>(weights, v, out),
+unsafe fn axpy_by_type<L: Lanes16>(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
+    match pieces[0].ty {
+        GgmlType::F16 => axpy::<L, F16Group>(weights, stride, pieces, out),
+        _ => axpy::<L, F32Group>(weights, stride, pieces, out),
     }
 }
 
+/// Weight rows in blocks of up to 4, each block sharing every unpacked value group.
 #[inline(always)]
-unsafe fn axpy<L: Lanes16, W: WeightGroup>(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-    let row_bytes = v.row_bytes();
-    for g in 0..v.cols / GROUP {
-        let (mut lo, mut hi) = (L::zero(), L::zero());
-        for (r, &a) in weights.iter().enumerate() {
-            let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::CODE_BYTES));
-            let a = L::splat(a);
-            lo = L::fma(a, v_lo, lo);
-            hi = L::fma(a, v_hi, hi);
-        }
-        lo.store(out.as_mut_ptr().add(g * GROUP));
-        hi.store(out.as_mut_ptr().add(g * GROUP + GROUP / 2));
+unsafe fn axpy<L: Lanes16, W: WeightGroup>(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
+    let cols = pieces[0].cols;
+    let n_out = out.len() / cols;
+    let mut j = 0;
+    while j < n_out {
+        let (w, o) = (weights.as_ptr().add(j * stride), out.as_mut_ptr().add(j * cols));
+        j += match n_out - j {
+            1 => axpy_rows::<L, W, 1>(w, stride, pieces, o),
+            2 => axpy_rows::<L, W, 2>(w, stride, pieces, o),
+            3 => axpy_rows::<L, W, 3>(w, stride, pieces, o),
+            _ => axpy_rows::<L, W, 4>(w, stride, pieces, o),
+        };
     }
+}
+
+/// `NW` weight rows (at `w`, `stride` apart) against the value rows of `pieces`; returns `NW`.
+#[inline(always)]
+unsafe fn axpy_rows<L: Lanes16, W: WeightGroup, const NW: usize>(
+    w: *const f32,
+    stride: usize,
+    pieces: &[MatRef],
+    out: *mut f32,
+) -> usize {
+    let cols = pieces[0].cols;
+    for g in 0..cols / GROUP {
+        let (mut lo, mut hi) = ([L::zero(); NW], [L::zero(); NW]);
+        let mut r0 = 0;
+        for v in pieces {
+            let row_bytes = v.row_bytes();
+            for r in 0..v.rows {
+                let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::CODE_BYTES));
+                for j in 0..NW {
+                    let a = L::splat(*w.add(j * stride + r0 + r));
+                    lo[j] = L::fma(a, v_lo, lo[j]);
+                    hi[j] = L::fma(a, v_hi, hi[j]);
+                }
+            }
+            r0 += v.rows;
+        }
+        for j in 0..NW {
+            lo[j].store(out.add(j * cols + g * GROUP));
+            hi[j].store(out.add(j * cols + g * GROUP + GROUP / 2));
+        }
+    }
+    NW
 }
 
 /// Views f32 values as their native bytes (the kernels read F32 weights from bytes).
@@ -235,13 +290,13 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn avx2_axpy(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-        axpy_by_type::<Avx2x2>(weights, v, out)
+    pub unsafe fn avx2_axpy(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
+        axpy_by_type::<Avx2x2>(weights, stride, pieces, out)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    pub unsafe fn avx512_axpy(weights: &[f32], v: &MatRef, out: &mut [f32]) {
-        axpy_by_type::<Avx512>(weights, v, out)
+    pub unsafe fn avx512_axpy(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
+        axpy_by_type::<Avx512>(weights, stride, pieces, out)
     }
 }
 

@@ -11,7 +11,7 @@ use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, OutPtr};
+use crate::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -59,7 +59,8 @@ pub struct Scratch {
     /// [T][head_dim / 2] rotation of each pair at each position
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
-    /// [n_threads][capacity] attention scores
+    /// [n_threads][group_size][capacity] attention scores of the query heads sharing a KV
+    /// head (the keys each query attends to, in position order)
     scores: Vec<f32>,
     /// [rows needing logits][vocab_size]
     pub logits: Vec<f32>,
@@ -85,7 +86,7 @@ impl Scratch {
         grow(&mut self.up, t * cfg.ffn_dim);
         grow(&mut self.rope_cos, t * cfg.head_dim / 2);
         grow(&mut self.rope_sin, t * cfg.head_dim / 2);
-        grow(&mut self.scores, CHUNKS_PER_THREAD * n_threads * capacity);
+        grow(&mut self.scores, CHUNKS_PER_THREAD * n_threads * cfg.group_size() * capacity);
         self.n_tokens = t;
     }
 }
@@ -127,9 +128,7 @@ impl Llama {
             return Err(Error::TokenOutOfRange { id: bad.into(), vocab_size: cfg.vocab_size });
         }
         let p0 = cache.len();
-        if p0 + t_n > cache.capacity() {
-            return Err(Error::ContextOverflow { requested: p0 + t_n, allowed: cache.capacity() });
-        }
+        cache.check_append(t_n)?;
         scratch.ensure(cfg, t_n, pool.n_threads(), cache.capacity());
         let (d, dkv, hd, ff) = (cfg.d_model, cfg.d_kv(), cfg.head_dim, cfg.ffn_dim);
         let w = &self.weights;
@@ -140,6 +139,7 @@ impl Llama {
         self.rope_table(scratch, p0, t_n);
 
         for (l, lw) in w.layers.iter().enumerate() {
+            crate::count::set_layer(Some(l));
             // Attention block.
             rms_norm_rows(&scratch.x, &lw.attn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
             prepare(&scratch.xn, d, t_n, &mut scratch.gs);
@@ -178,7 +178,8 @@ impl Llama {
             self.matmuls(pool, &scratch.gate, &scratch.gs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
         }
-        cache.set_len(p0 + t_n);
+        cache.advance_to(p0 + t_n);
+        crate::count::set_layer(None);
 
         let first = match rows {
             LogitRows::None => return Ok(()),
@@ -241,10 +242,17 @@ impl Llama {
     }
 
     /// Causal attention of the `t_n` new positions (starting at `p0`) over the cache,
-    /// parallel over (token, head) pairs. Output in `scratch.att`.
+    /// parallel over (token, head) pairs; a thread takes its consecutive heads that share a
+    /// KV head together, so each key and value row is read once for all of them.
+    ///
+    /// Each query reads the keys it attends to (see [`KvCache::pieces`]) in position order:
+    /// scores are independent dots (the kernels give a dot the same op sequence whatever the
+    /// number of queries per call), the softmax and the weighted sum of values run over them
+    /// in position order with one accumulator, so a query's op sequence depends only on the
+    /// positions it attends to. Output in `scratch.att`.
     fn attention(&self, pool: &ThreadPool, cache: &KvCache, s: &mut Scratch, layer: usize, p0: usize, t_n: usize) {
         let cfg = &self.config;
-        let (d, hd) = (cfg.d_model, cfg.head_dim);
+        let (d, hd, nh, gs) = (cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.group_size());
         let scale = 1.0 / (hd as f32).sqrt();
         let capacity = cache.capacity();
         let tasks = t_n * cfg.n_heads;
@@ -252,21 +260,36 @@ impl Llama {
         let (q, att, scores) = (&s.q, SharedMut(s.att.as_mut_ptr()), SharedMut(s.scores.as_mut_ptr()));
         pool.run(n, |c| {
             let (att, scores) = (att, scores);
-            // SAFETY: chunk c owns scores row c and the att slices of its (token, head) pairs.
-            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(c * capacity), capacity) };
-            for task in split(tasks, c, n) {
-                let (t, h) = (task / cfg.n_heads, task % cfg.n_heads);
-                let g = h / cfg.group_size();
-                let n_keys = p0 + t + 1;
-                let query = &q[t * d + h * hd..t * d + (h + 1) * hd];
-                let keys = cache.keys(layer, g, n_keys);
-                let act = Activations { x: query, gs: &[], n_tokens: 1, cols: hd };
-                let sc = &mut scores[..n_keys];
-                // SAFETY: n_keys outputs into this thread's own scores row.
-                unsafe { matmul_rows(self.isa, &keys, &act, 0..n_keys, OutPtr { ptr: sc.as_mut_ptr(), token_stride: 1 }) };
-                softmax_scaled(sc, scale);
-                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * d + h * hd), hd) };
-                weighted_row_sum(self.isa, sc, &cache.values(layer, g, n_keys), out);
+            // SAFETY: chunk c owns scores block c and the att slices of its (token, head) pairs.
+            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(c * gs * capacity), gs * capacity) };
+            let mine = split(tasks, c, n);
+            let mut task = mine.start;
+            while task < mine.end {
+                let (t, h) = (task / nh, task % nh);
+                let g = h / gs;
+                // Heads h..h + nq: this thread's, all reading KV head g.
+                let nq = ((g + 1) * gs - h).min(mine.end - task);
+                task += nq;
+                let (slots, n_pieces) = cache.pieces(p0 + t);
+                let queries = &q[t * d + h * hd..t * d + (h + nq) * hd];
+                let act = Activations { x: queries, gs: &[], n_tokens: nq, cols: hd };
+                let mut n_keys = 0;
+                for r in &slots[..n_pieces] {
+                    let keys = cache.keys(layer, g, r.clone());
+                    let out = OutPtr { ptr: scores[n_keys..].as_mut_ptr(), token_stride: capacity };
+                    // SAFETY: nq rows of keys.rows outputs, `capacity` apart, in this chunk's
+                    // own scores block (the pieces hold at most `capacity` keys in all).
+                    unsafe { matmul_rows(self.isa, &keys, &act, 0..keys.rows, out) };
+                    n_keys += keys.rows;
+                }
+                for j in 0..nq {
+                    softmax_scaled(&mut scores[j * capacity..j * capacity + n_keys], scale);
+                }
+                let values: [MatRef; 3] = std::array::from_fn(|j| {
+                    cache.values(layer, g, if j < n_pieces { slots[j].clone() } else { 0..0 })
+                });
+                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * d + h * hd), nq * hd) };
+                weighted_row_sums(self.isa, scores, capacity, &values[..n_pieces], out);
             }
         });
     }

@@ -6,6 +6,6 @@ pub mod llama;
 pub mod weights;
 
 pub use config::ModelConfig;
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, KvCacheOptions, KvDtype, Overflow};
 pub use llama::{Llama, LogitRows, Scratch};
 pub use weights::LlamaWeights;

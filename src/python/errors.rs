@@ -24,6 +24,9 @@ fn class_name(e: &Error) -> &'static str {
         Error::EmptyPrompt => "EmptyPromptError",
         Error::InvalidArgument { .. } => "InvalidArgumentError",
         Error::ContextOverflow { .. } => "ContextOverflowError",
+        Error::StateFormat(_) => "StateFormatError",
+        Error::StateVersion { .. } => "StateVersionError",
+        Error::StateModelMismatch(_) => "StateModelMismatchError",
     }
 }
 

@@ -4,14 +4,13 @@
 mod errors;
 mod quantize;
 mod sampling;
+mod session;
 
 use std::sync::Arc;
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-
-use std::sync::Mutex;
 
 use crate::decode::{self, FinishReason};
 use crate::engine::{Engine, LoadOptions, Session};
@@ -23,8 +22,8 @@ use errors::IntoPyResult;
 
 /// A loaded model (see `reprolm.Model` for the documented Python API).
 #[pyclass(frozen, name = "Engine", module = "reprolm._core")]
-struct PyEngine {
-    engine: Arc<Engine>,
+pub(crate) struct PyEngine {
+    pub(crate) engine: Arc<Engine>,
 }
 
 /// Model hyper-parameters read from the GGUF metadata.
@@ -63,7 +62,7 @@ fn py_option(v: Option<u32>) -> String {
 }
 
 /// Converts Python ints to token ids, rejecting negatives and ids past the vocabulary.
-fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
+pub(crate) fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
     let vocab_size = engine.config().vocab_size;
     ids.into_iter()
         .map(|id| {
@@ -182,63 +181,16 @@ impl PyEngine {
                 decode::generate(&mut session, &ids, &mut sampler, max_tokens, &stop)
             })
             .py()?;
-        let reason = match generation.finish_reason {
-            FinishReason::Eos => "eos",
-            FinishReason::StopToken => "stop",
-            FinishReason::Length => "length",
-        };
-        Ok((generation.ids, reason))
+        Ok((generation.ids, finish_reason_name(generation.finish_reason)))
     }
 }
 
-/// One sequence with its KV cache.
-#[pyclass(frozen, name = "Session", module = "reprolm._core")]
-struct PySession {
-    session: Mutex<Session>,
-}
-
-impl PySession {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Session> {
-        self.session.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-#[pymethods]
-impl PySession {
-    #[new]
-    #[pyo3(signature = (engine, *, context_length=None))]
-    fn new(engine: &PyEngine, context_length: Option<i64>) -> PyResult<Self> {
-        let capacity = match context_length {
-            None => engine.engine.config().context_length,
-            Some(n) => usize::try_from(n)
-                .ok()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| Error::invalid_argument("context_length", format!("must be >= 1, got {n}")))
-                .py()?,
-        };
-        Ok(PySession { session: Mutex::new(Session::new(Arc::clone(&engine.engine), capacity).py()?) })
-    }
-
-    #[getter]
-    fn tokens(&self) -> Vec<u32> {
-        self.lock().tokens().to_vec()
-    }
-
-    #[getter]
-    fn context_length(&self) -> usize {
-        self.lock().capacity()
-    }
-
-    /// Appends `ids`; the logits after the last one (float32, vocab_size).
-    fn feed<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let engine = Arc::clone(self.lock().engine());
-        let ids = token_ids(&engine, ids)?;
-        let logits = py.detach(|| self.lock().feed(&ids).map(<[f32]>::to_vec)).py()?;
-        Ok(PyArray1::from_vec(py, logits))
-    }
-
-    fn truncate(&self, n: usize) {
-        self.lock().truncate(n)
+/// The Python spelling of a finish reason.
+pub(crate) fn finish_reason_name(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Eos => "eos",
+        FinishReason::StopToken => "stop",
+        FinishReason::Length => "length",
     }
 }
 
@@ -274,7 +226,7 @@ fn dequantize<'py>(py: Python<'py>, type_id: u32, data: &[u8]) -> PyResult<Bound
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngine>()?;
     m.add_class::<PyModelConfig>()?;
-    m.add_class::<PySession>()?;
+    m.add_class::<session::PySession>()?;
     sampling::register(m)?;
     quantize::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;

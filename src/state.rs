@@ -1,0 +1,277 @@
+//! Session state files: a session's tokens and KV cache, saved so that a restored session
+//! continues with exactly the same bits.
+//!
+//! # Format, version 1 (all integers little-endian)
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `RPLMSESS` |
+//! | 8 | 4 | format version (1) |
+//! | 12 | 4 | header size in bytes (96) |
+//! | 16 | 8 | model fingerprint: XXH64 of the GGUF file's bytes ([`Engine::fingerprint`]) |
+//! | 24 | 16 | n_layers, n_kv_heads, head_dim, vocab_size (u32 each) |
+//! | 40 | 8 | kv dtype (u8: 0 f32, 1 f16), overflow policy (u8: 0 error, 1 sliding window), 6 zero bytes |
+//! | 48 | 48 | n_keep, capacity, len, oldest, n_tokens, saved_slots (u64 each) |
+//! | 96 | 4 n_tokens | token ids (u32) |
+//! | ... | | for each layer, for each KV head: keys then values of slots `0..saved_slots`, `head_dim` numbers each in the kv dtype |
+//! | end - 8 | 8 | XXH64 (seed 0) of every byte before it |
+//!
+//! Loading checks, in order: magic, version, checksum (so a truncated or altered file is
+//! rejected before any field is trusted), model fingerprint, then every field's consistency;
+//! each failure is a typed error, never a panic or a silently wrong state.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::engine::{Engine, Session};
+use crate::error::{Error, Result};
+use crate::model::{KvCache, KvCacheOptions, KvDtype, Overflow};
+
+const MAGIC: &[u8; 8] = b"RPLMSESS";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+const HEADER_BYTES: usize = 96;
+const CHECKSUM_BYTES: usize = 8;
+
+impl Session {
+    /// Writes this session's state to `path` (see the module docs for the format).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let bytes = self.state_bytes();
+        std::fs::write(path, bytes).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+    }
+
+    /// The bytes [`Session::save`] writes.
+    pub fn state_bytes(&self) -> Vec<u8> {
+        let cfg = self.engine.config();
+        let cache = &self.cache;
+        let (len, oldest) = cache.cursor();
+        let slots = cache.saved_slots();
+        let kv_len = 2 * cfg.n_layers * cfg.d_kv() * slots * cache.dtype().bytes();
+        let mut out = Vec::with_capacity(HEADER_BYTES + 4 * self.tokens.len() + kv_len + CHECKSUM_BYTES);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
+        out.extend_from_slice(&self.engine.fingerprint().to_le_bytes());
+        for v in [cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size] {
+            out.extend_from_slice(&(v as u32).to_le_bytes());
+        }
+        let dtype = match cache.dtype() {
+            KvDtype::F32 => 0u8,
+            KvDtype::F16 => 1,
+        };
+        let overflow = match cache.overflow() {
+            Overflow::Error => 0u8,
+            Overflow::SlidingWindow { .. } => 1,
+        };
+        out.extend_from_slice(&[dtype, overflow, 0, 0, 0, 0, 0, 0]);
+        for v in [cache.overflow().n_keep(), cache.capacity(), len, oldest, self.tokens.len(), slots] {
+            out.extend_from_slice(&(v as u64).to_le_bytes());
+        }
+        debug_assert_eq!(out.len(), HEADER_BYTES);
+        for &t in &self.tokens {
+            out.extend_from_slice(&t.to_le_bytes());
+        }
+        for l in 0..cfg.n_layers {
+            for g in 0..cfg.n_kv_heads {
+                let (k, v) = cache.region_bytes(l, g, slots);
+                out.extend_from_slice(k);
+                out.extend_from_slice(v);
+            }
+        }
+        let checksum = xxh64(&out, 0);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    /// Restores a session saved by [`Session::save`] for `engine`'s model.
+    pub fn load(engine: Arc<Engine>, path: impl AsRef<Path>) -> Result<Session> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => Error::FileNotFound(path.to_path_buf()),
+            _ => Error::Io { path: path.to_path_buf(), source },
+        })?;
+        Session::from_state_bytes(engine, &bytes)
+    }
+
+    /// Restores a session from the bytes of a state file.
+    pub fn from_state_bytes(engine: Arc<Engine>, bytes: &[u8]) -> Result<Session> {
+        let bad = |m: &str| Error::StateFormat(m.to_string());
+        if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(bad("not a reprolm session file (wrong magic bytes)"));
+        }
+        if bytes.len() < 12 {
+            return Err(bad("truncated inside the header"));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+        if version != FORMAT_VERSION {
+            return Err(Error::StateVersion { found: version, supported: FORMAT_VERSION });
+        }
+        if bytes.len() < HEADER_BYTES + CHECKSUM_BYTES {
+            return Err(bad("truncated inside the header"));
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
+        if xxh64(body, 0) != u64::from_le_bytes(tail.try_into().unwrap()) {
+            return Err(bad("checksum mismatch: the file is truncated or damaged"));
+        }
+        let mut r = Reader { bytes: body, at: 12 };
+        if r.u32()? as usize != HEADER_BYTES {
+            return Err(bad("unexpected header size"));
+        }
+        let fingerprint = u64::from_le_bytes(r.take(8)?.try_into().unwrap());
+        if fingerprint != engine.fingerprint() {
+            return Err(Error::StateModelMismatch(format!(
+                "saved with a model file of fingerprint {fingerprint:016x}, but {} has {:016x}",
+                engine.file.path().display(),
+                engine.fingerprint()
+            )));
+        }
+        let cfg = engine.config();
+        let dims = [r.u32()?, r.u32()?, r.u32()?, r.u32()?];
+        let expected = [cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size];
+        if dims.iter().zip(expected).any(|(&a, b)| a as usize != b) {
+            return Err(Error::StateModelMismatch(format!(
+                "saved with (n_layers, n_kv_heads, head_dim, vocab_size) = {dims:?}, the model has {expected:?}"
+            )));
+        }
+        let codes = r.take(8)?;
+        let dtype = match codes[0] {
+            0 => KvDtype::F32,
+            1 => KvDtype::F16,
+            c => return Err(bad(&format!("unknown kv dtype code {c}"))),
+        };
+        let [n_keep, capacity, len, oldest, n_tokens, slots] = [r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?];
+        let overflow = match codes[1] {
+            0 if n_keep == 0 => Overflow::Error,
+            1 => Overflow::SlidingWindow { n_keep },
+            c => return Err(bad(&format!("unknown overflow policy code {c} (n_keep {n_keep})"))),
+        };
+        if codes[2..].iter().any(|&b| b != 0) {
+            return Err(bad("reserved header bytes are not zero"));
+        }
+        if len > n_tokens || slots != len.min(capacity) {
+            return Err(bad("inconsistent token and slot counts"));
+        }
+        // Every count is bounded by the file's actual size before anything is allocated.
+        let slot_bytes = 2 * cfg.n_layers * cfg.d_kv() * dtype.bytes();
+        let body_len = n_tokens
+            .checked_mul(4)
+            .and_then(|t| slots.checked_mul(slot_bytes).and_then(|k| k.checked_add(t)))
+            .and_then(|n| n.checked_add(HEADER_BYTES));
+        if body_len != Some(body.len()) {
+            return Err(bad("the file's length does not match its header"));
+        }
+        let tokens: Vec<u32> = r.take(4 * n_tokens)?.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        engine.check_ids(&tokens).map_err(|e| bad(&format!("saved tokens: {e}")))?;
+        let options = KvCacheOptions { capacity, dtype, overflow };
+        let mut cache = KvCache::with_options(cfg, &options).map_err(|e| bad(&format!("cache settings: {e}")))?;
+        for l in 0..cfg.n_layers {
+            for g in 0..cfg.n_kv_heads {
+                let (k, v) = cache.region_bytes_mut(l, g, slots);
+                k.copy_from_slice(r.take(k.len())?);
+                v.copy_from_slice(r.take(v.len())?);
+            }
+        }
+        cache.set_cursor(len, oldest)?;
+        Ok(Session::from_parts(engine, cache, tokens))
+    }
+}
+
+/// Bounds-checked little-endian reads.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| Error::StateFormat("truncated".into()))?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+
+    /// A u64 count, as usize.
+    fn u64(&mut self) -> Result<usize> {
+        let v = u64::from_le_bytes(self.take(8)?.try_into().unwrap());
+        usize::try_from(v).map_err(|_| Error::StateFormat(format!("count {v} is too large")))
+    }
+}
+
+const P1: u64 = 0x9E37_79B1_85EB_CA87;
+const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+const P3: u64 = 0x1656_67B1_9E37_79F9;
+const P4: u64 = 0x85EB_CA77_C2B2_AE63;
+const P5: u64 = 0x27D4_EB2F_1656_67C5;
+
+#[inline(always)]
+fn round(acc: u64, input: u64) -> u64 {
+    acc.wrapping_add(input.wrapping_mul(P2)).rotate_left(31).wrapping_mul(P1)
+}
+
+#[inline(always)]
+fn merge(acc: u64, v: u64) -> u64 {
+    (acc ^ round(0, v)).wrapping_mul(P1).wrapping_add(P4)
+}
+
+#[inline(always)]
+fn read64(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[..8].try_into().unwrap())
+}
+
+/// XXH64, the 64-bit xxHash of Yann Collet (reference: github.com/Cyan4973/xxHash,
+/// `doc/xxhash_spec.md`).
+pub fn xxh64(data: &[u8], seed: u64) -> u64 {
+    let mut rest = data;
+    let mut h = if data.len() >= 32 {
+        let mut v = [seed.wrapping_add(P1).wrapping_add(P2), seed.wrapping_add(P2), seed, seed.wrapping_sub(P1)];
+        while rest.len() >= 32 {
+            for (i, acc) in v.iter_mut().enumerate() {
+                *acc = round(*acc, read64(&rest[8 * i..]));
+            }
+            rest = &rest[32..];
+        }
+        let h = v[0].rotate_left(1).wrapping_add(v[1].rotate_left(7)).wrapping_add(v[2].rotate_left(12)).wrapping_add(v[3].rotate_left(18));
+        v.iter().fold(h, |h, &x| merge(h, x))
+    } else {
+        seed.wrapping_add(P5)
+    };
+    h = h.wrapping_add(data.len() as u64);
+    while rest.len() >= 8 {
+        h ^= round(0, read64(rest));
+        h = h.rotate_left(27).wrapping_mul(P1).wrapping_add(P4);
+        rest = &rest[8..];
+    }
+    if rest.len() >= 4 {
+        h ^= (u32::from_le_bytes(rest[..4].try_into().unwrap()) as u64).wrapping_mul(P1);
+        h = h.rotate_left(23).wrapping_mul(P2).wrapping_add(P3);
+        rest = &rest[4..];
+    }
+    for &b in rest {
+        h ^= (b as u64).wrapping_mul(P5);
+        h = h.rotate_left(11).wrapping_mul(P1);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(P2);
+    h ^= h >> 29;
+    h = h.wrapping_mul(P3);
+    h ^ (h >> 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::xxh64;
+
+    #[test]
+    fn xxh64_matches_reference_vectors() {
+        assert_eq!(xxh64(b"", 0), 0xEF46_DB37_51D8_E999);
+        assert_eq!(xxh64(b"a", 0), 0xD24E_C4F1_A98C_6E5B);
+        assert_eq!(xxh64(b"abc", 0), 0x44BC_2CF5_AD77_0999);
+        assert_eq!(xxh64(b"Nobody inspects the spammish repetition", 0), 0xFBCE_A83C_8A37_8BF1);
+    }
+}
