@@ -54,6 +54,11 @@ pub enum Error {
     #[error("context overflow: {requested} tokens requested, at most {allowed} fit")]
     ContextOverflow { requested: usize, allowed: usize },
 
+    /// A chat template is missing, malformed, or failed to render (its own `raise_exception`
+    /// included).
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+
     /// Generation was interrupted by the caller (e.g. Ctrl-C).
     #[error("interrupted")]
     Interrupted,

@@ -24,6 +24,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::EmptyPrompt => "EmptyPromptError",
         Error::InvalidArgument { .. } => "InvalidArgumentError",
         Error::ContextOverflow { .. } => "ContextOverflowError",
+        Error::ChatTemplate(_) => "ChatTemplateError",
     }
 }
 
