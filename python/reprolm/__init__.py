@@ -12,8 +12,9 @@ from . import sampling
 from ._core import ModelConfig, __version__
 from ._download import cache_dir, default_model_path
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
-from ._model import Completion, FinishReason, Model, Prompt, Session
+from ._model import Chunk, Completion, FinishReason, Message, Model, Prompt, Session
 from .errors import (
+    ChatTemplateError,
     ContextOverflowError,
     EmptyPromptError,
     GgufFormatError,
@@ -33,6 +34,8 @@ __all__ = [
     "Model",
     "Session",
     "Completion",
+    "Chunk",
+    "Message",
     "FinishReason",
     "Prompt",
     "ModelConfig",
@@ -55,6 +58,7 @@ __all__ = [
     "EmptyPromptError",
     "InvalidArgumentError",
     "ContextOverflowError",
+    "ChatTemplateError",
     "ModelDownloadError",
     "__version__",
 ]

@@ -1,7 +1,7 @@
 """Type stubs for the Rust extension module ``reprolm._core``."""
 
 from os import PathLike
-from typing import Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +87,42 @@ class Session:
     def feed(self, ids: list[int]) -> npt.NDArray[np.float32]: ...
     def truncate(self, n: int) -> None: ...
 
+class Stream:
+    def __new__(
+        cls,
+        engine: Engine,
+        ids: list[int],
+        *,
+        max_tokens: int,
+        sampler: SamplerConfig,
+        stop_token_ids: list[int],
+        stop: list[str],
+        skip_end_token_text: bool = False,
+    ) -> Stream: ...
+    def __iter__(self) -> Stream: ...
+    def __next__(
+        self,
+    ) -> tuple[str, list[int], Optional[Literal["eos", "length", "stop"]], list[float]]: ...
+
+def generate(
+    engine: Engine,
+    prompts: list[list[int]],
+    *,
+    max_tokens: int,
+    sampler: SamplerConfig,
+    stop_token_ids: list[int],
+    stop: list[str],
+    skip_end_token_text: bool = False,
+) -> list[tuple[list[int], str, Literal["eos", "length", "stop"], list[float]]]: ...
+def apply_chat_template(
+    engine: Engine,
+    messages: list[dict[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    template: Optional[str] = None,
+    variables: Optional[dict[str, Any]] = None,
+) -> str: ...
+def chat_template(engine: Engine) -> Optional[str]: ...
 def gguf_info(
     path: PathLike[str],
 ) -> tuple[int, list[tuple[str, str]], list[tuple[str, str, list[int], int]]]: ...

@@ -21,6 +21,7 @@ __all__ = [
     "EmptyPromptError",
     "InvalidArgumentError",
     "ContextOverflowError",
+    "ChatTemplateError",
     "ModelDownloadError",
 ]
 
@@ -67,6 +68,11 @@ class InvalidArgumentError(InvalidInputError):
 
 class ContextOverflowError(ReprolmError):
     """The sequence would not fit in the model's context (KV cache)."""
+
+
+class ChatTemplateError(ReprolmError, ValueError):
+    """A chat template is missing (the model has none and none was given), malformed, or
+    refused the messages (its ``raise_exception``); the message says which."""
 
 
 class ModelDownloadError(ReprolmError):
