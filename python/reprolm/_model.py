@@ -272,7 +272,7 @@ class Model:
         its own ``raise_exception``).
         """
         return _core.apply_chat_template(
-            self._engine, [dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+            self._engine, [dict(m) if isinstance(m, Mapping) else m for m in messages], add_generation_prompt=add_generation_prompt,
             template=template, variables=variables,
         )
 
