@@ -1,13 +1,36 @@
 """Type stubs for the Rust extension module ``reprolm._core``."""
 
 from os import PathLike
-from typing import Any, Literal, Optional
+from pathlib import Path
+from typing import Any, Literal, Optional, final
 
 import numpy as np
 import numpy.typing as npt
 
+__all__ = [
+    "Engine",
+    "ModelConfig",
+    "Session",
+    "SamplerConfig",
+    "Stream",
+    "softmax",
+    "entropy",
+    "top_k_set",
+    "top_p_set",
+    "restrict",
+    "total_variation",
+    "uniform",
+    "generate",
+    "apply_chat_template",
+    "chat_template",
+    "gguf_info",
+    "dequantize",
+    "__version__",
+]
+
 __version__: str
 
+@final
 class ModelConfig:
     @property
     def architecture(self) -> str: ...
@@ -36,6 +59,7 @@ class ModelConfig:
     @property
     def eos_id(self) -> Optional[int]: ...
 
+@final
 class SamplerConfig:
     def __new__(
         cls,
@@ -58,6 +82,7 @@ class SamplerConfig:
         self, logits: npt.NDArray[np.float32], history: list[int], n_prompt: int
     ) -> npt.NDArray[np.float64]: ...
 
+@final
 class Engine:
     def __new__(
         cls, path: PathLike[str], *, threads: Optional[int] = None, isa: Optional[str] = None
@@ -69,7 +94,7 @@ class Engine:
     @property
     def isa(self) -> str: ...
     @property
-    def path(self) -> PathLike[str]: ...
+    def path(self) -> Path: ...
     def tokenize(self, text: str, *, special: bool = False) -> list[int]: ...
     def detokenize(self, ids: list[int]) -> str: ...
     def token_bytes(self, id: int) -> bytes: ...
@@ -78,6 +103,7 @@ class Engine:
         self, ids: list[int], *, max_tokens: int, sampler: SamplerConfig, stop_token_ids: list[int]
     ) -> tuple[list[int], str]: ...
 
+@final
 class Session:
     def __new__(cls, engine: Engine, *, context_length: Optional[int] = None) -> Session: ...
     @property
@@ -87,6 +113,7 @@ class Session:
     def feed(self, ids: list[int]) -> npt.NDArray[np.float32]: ...
     def truncate(self, n: int) -> None: ...
 
+@final
 class Stream:
     def __new__(
         cls,

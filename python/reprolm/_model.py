@@ -147,8 +147,10 @@ class Model:
             return self.tokenize(prompt, special=special)
         return list(prompt)
 
+    # A str is also a Sequence[str]; the first overload, a single prompt, is the one that
+    # applies to it (as at run time), which is what mypy resolves too.
     @overload
-    def generate(
+    def generate(  # type: ignore[overload-overlap]
         self,
         prompt: Prompt,
         *,
