@@ -10,7 +10,8 @@ __all__ = ["ProgressBar"]
 
 
 class ProgressBar:
-    """``label [########------------]  40%  2/5`` redrawn in place, at most ~20 times a second.
+    """``label [########------------]  40%  2/5`` redrawn in place, at most 20 times a second
+    on a terminal and once a second otherwise (logs stay short).
 
     Call :meth:`update` with the amount done (and optionally a new total), then
     :meth:`close`. Also usable as a context manager.
@@ -25,6 +26,7 @@ class ProgressBar:
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
         self._last_draw = 0.0
+        self._interval = 0.05 if self.stream.isatty() else 1.0
         self._closed = False
 
     def __enter__(self) -> "ProgressBar":
@@ -40,9 +42,8 @@ class ProgressBar:
             self.total = max(0, total)
         self.done = max(0, done)
         now = time.monotonic()
-        if now - self._last_draw >= 0.05 or (self.total and self.done >= self.total):
+        if now - self._last_draw >= self._interval:
             self._draw()
-            self._last_draw = now
 
     def _format(self, n: int) -> str:
         if self.unit == "B":
@@ -53,6 +54,7 @@ class ProgressBar:
         fraction = min(1.0, self.done / self.total) if self.total else 0.0
         filled = int(round(fraction * self.width))
         bar = "#" * filled + "-" * (self.width - filled)
+        self._last_draw = time.monotonic()
         self.stream.write(
             f"\r{self.label} [{bar}] {fraction * 100:3.0f}%  {self._format(self.done)}/{self._format(self.total)}"
         )

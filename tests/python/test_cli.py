@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,10 @@ import pytest
 COMMANDS = ["generate", "chat", "inspect", "bench", "download"]
 
 
-def run(*args: str, stdin: str = "", timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(*args: str, stdin: str = "", timeout: float = 120,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "reprolm", *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=None if env is None else {**os.environ, **env})
 
 
 def test_help_lists_and_describes_every_command() -> None:
@@ -75,7 +77,16 @@ def test_bench_reports_speeds_with_progress() -> None:
 def test_download_prints_the_cached_path(model_path: Path) -> None:
     out = run("download")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(model_path)
+    assert out.stdout == f"{model_path}\n"
+
+
+def test_download_into_an_empty_cache_shows_progress(tmp_path: Path, model_path: Path) -> None:
+    out = run("download", env={"REPROLM_CACHE": str(tmp_path)}, timeout=600)
+    assert out.returncode == 0, out.stderr
+    fetched = tmp_path / model_path.name
+    assert out.stdout == f"{fetched}\n"
+    assert fetched.stat().st_size == model_path.stat().st_size
+    assert "verifying [" in out.stderr and "100%" in out.stderr
 
 
 @pytest.mark.parametrize("command", ["generate", "chat", "inspect", "bench"])
