@@ -18,6 +18,14 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// Writing an output file failed (permission, missing directory, disk full, ...).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// The bytes are not a well-formed GGUF file (bad magic, truncated, absurd counts, ...).
     #[error("invalid GGUF file: {0}")]
     Format(String),

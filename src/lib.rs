@@ -12,6 +12,7 @@ pub mod error;
 pub mod gguf;
 pub mod kernels;
 pub mod model;
+pub mod quantize;
 pub mod sampling;
 pub mod tensor;
 pub mod threads;

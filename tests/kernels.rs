@@ -95,7 +95,7 @@ fn matmul_paths_agree_bitwise_and_with_float64() {
                 for isa in isas() {
                     assert!(run(isa, &m, &x, &gs, n_tokens) == scalar, "{} {rows}x{cols} T={n_tokens} on {}", ty.name(), isa.name());
                 }
-                // Rounding bound: each lane accumulates cols/16 fused products and the tree
+                // Rounding bound: each lane accumulates cols/32 fused products per chain, the chains are added and the tree
                 // adds 4 levels (plus the group sums' 5 for Q4_1's offset term), so
                 // |error| <= (cols/16 + 9) * 2^-24 * sum_i |x_i w_i| (a gamma_k bound).
                 for t in 0..n_tokens {

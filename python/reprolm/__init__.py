@@ -13,6 +13,7 @@ from ._core import ModelConfig, __version__
 from ._download import cache_dir, default_model_path
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
 from ._model import Chunk, Completion, FinishReason, Message, Model, Prompt, Session
+from ._quantize import QuantizeReport, TensorReport, convert, quantize, quantize_row
 from .errors import (
     ChatTemplateError,
     ContextOverflowError,
@@ -47,6 +48,11 @@ __all__ = [
     "GgufInfo",
     "TensorEntry",
     "dequantize",
+    "quantize",
+    "convert",
+    "quantize_row",
+    "QuantizeReport",
+    "TensorReport",
     "ReprolmError",
     "GgufFormatError",
     "UnsupportedError",

@@ -25,6 +25,9 @@ __all__ = [
     "chat_template",
     "gguf_info",
     "dequantize",
+    "quantize",
+    "convert",
+    "quantize_row",
     "__version__",
 ]
 
@@ -154,6 +157,31 @@ def gguf_info(
     path: PathLike[str],
 ) -> tuple[int, list[tuple[str, str]], list[tuple[str, str, list[int], int]]]: ...
 def dequantize(type_id: int, data: bytes) -> npt.NDArray[np.float32]: ...
+def quantize(
+    src: PathLike[str],
+    dst: PathLike[str],
+    *,
+    weight_type: str,
+    scheme: str,
+    clip: Optional[float],
+    output_type: Optional[str],
+    report_text: Optional[str],
+) -> tuple[
+    list[
+        tuple[
+            str,
+            str,
+            list[int],
+            tuple[int, int, int, int],
+            tuple[float, float, float, float, float, float, float],
+        ]
+    ],
+    Optional[tuple[float, float, int]],
+]: ...
+def convert(src: PathLike[str], dst: PathLike[str], *, to: str) -> None: ...
+def quantize_row(
+    values: npt.NDArray[np.float32], *, weight_type: str, scheme: str, clip: Optional[float]
+) -> bytes: ...
 def softmax(z: npt.NDArray[np.float64], temperature: float) -> npt.NDArray[np.float64]: ...
 def entropy(p: npt.NDArray[np.float64]) -> float: ...
 def top_k_set(p: npt.NDArray[np.float64], k: int) -> list[int]: ...

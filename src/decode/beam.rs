@@ -75,12 +75,8 @@ pub fn beam_search<M: LanguageModel + ?Sized>(
             logprob / (len as f64).powf(length_penalty)
         }
     };
-    let hypothesis = |ids: Vec<u32>, logprob: f64, finished: bool| Beam {
-        score: score(logprob, ids.len()),
-        ids,
-        logprob,
-        finished,
-    };
+    let hypothesis =
+        |ids: Vec<u32>, logprob: f64, finished: bool| Beam { score: score(logprob, ids.len()), ids, logprob, finished };
 
     let mut live = vec![hypothesis(Vec::new(), 0.0, false)];
     let mut finished: Vec<Beam> = Vec::new();

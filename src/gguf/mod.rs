@@ -1,4 +1,4 @@
-//! GGUF files: a bounded reader over a memory map (and, later, a writer).
+//! GGUF files: a bounded reader over a memory map and a writer (for quantized output).
 //!
 //! Layout (versions 2 and 3, little endian): magic `GGUF`, u32 version, u64 tensor count,
 //! u64 metadata count, the metadata key/value pairs, the tensor infos (name, n_dims, dims
@@ -7,6 +7,8 @@
 
 mod reader;
 mod value;
+mod writer;
 
 pub use reader::{GgufFile, TensorInfo};
 pub use value::{MetadataValue, ValueType};
+pub use writer::{GgufWriter, TensorSpec};

@@ -39,6 +39,26 @@ impl ValueType {
         })
     }
 
+    /// The tag as stored in the file (the inverse of [`ValueType::from_id`]).
+    pub fn id(self) -> u32 {
+        use ValueType::*;
+        match self {
+            U8 => 0,
+            I8 => 1,
+            U16 => 2,
+            I16 => 3,
+            U32 => 4,
+            I32 => 5,
+            F32 => 6,
+            Bool => 7,
+            String => 8,
+            Array => 9,
+            U64 => 10,
+            I64 => 11,
+            F64 => 12,
+        }
+    }
+
     /// Bytes one value of this type occupies, for fixed-size types.
     pub fn fixed_size(self) -> Option<usize> {
         use ValueType::*;
@@ -71,6 +91,26 @@ pub enum MetadataValue {
 }
 
 impl MetadataValue {
+    /// The type tag this value is stored with.
+    pub fn value_type(&self) -> ValueType {
+        use MetadataValue as V;
+        match self {
+            V::U8(_) => ValueType::U8,
+            V::I8(_) => ValueType::I8,
+            V::U16(_) => ValueType::U16,
+            V::I16(_) => ValueType::I16,
+            V::U32(_) => ValueType::U32,
+            V::I32(_) => ValueType::I32,
+            V::F32(_) => ValueType::F32,
+            V::Bool(_) => ValueType::Bool,
+            V::String(_) => ValueType::String,
+            V::U64(_) => ValueType::U64,
+            V::I64(_) => ValueType::I64,
+            V::F64(_) => ValueType::F64,
+            V::Array(_) => ValueType::Array,
+        }
+    }
+
     /// The value as an unsigned integer, if it is an integer that fits.
     pub fn as_u64(&self) -> Option<u64> {
         use MetadataValue::*;

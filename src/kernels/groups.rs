@@ -10,11 +10,12 @@
 //!
 //! - weights: float types `w = value`; quantized types `w = d * q`, which is *exact* in f32
 //!   (an f16 scale has 11 significant bits, a code at most 8);
-//! - `acc = fma(x_lo, w_lo, acc); acc = fma(x_hi, w_hi, acc)` for g = 0, 1, ...;
+//! - two accumulators, `lo = fma(x_lo, w_lo, lo); hi = fma(x_hi, w_hi, hi)` for
+//!   g = 0, 1, ... (two independent chains, so the FMA latency is paid once per group);
 //! - Q4_1's offset, `sum(x * m) = sum_g m_g S_g` with `S_g` the group sums of
 //!   [`super::group_sums`]: a second accumulator over chunks of 16 groups,
 //!   `macc = fma(m[16c..16c+16], S[16c..16c+16], macc)` (zero-padded past the last group);
-//! - result `reduce(acc)`, plus `reduce(macc)` for Q4_1, with the fixed tree of
+//! - result `reduce(lo + hi)`, plus `reduce(macc)` for Q4_1, with the fixed tree of
 //!   [`super::lanes::Lanes16::reduce`].
 //!
 //! For Q8_0 and Q4_0 this is exactly the dot product with ggml's dequantized weights.
@@ -32,6 +33,16 @@ pub trait WeightGroup {
     /// The group's 32 values (float types) or integer codes (quantized types) as two
     /// 16-lane halves, converted exactly.
     unsafe fn unpack<L: Lanes16>(codes: *const u8) -> (L, L);
+    /// The group's weights: the values, or `d * code` for quantized types (exact).
+    #[inline(always)]
+    unsafe fn weights<L: Lanes16>(codes: *const u8, d: L) -> (L, L) {
+        let (lo, hi) = Self::unpack::<L>(codes);
+        if Self::SCALED {
+            (L::mul(d, lo), L::mul(d, hi))
+        } else {
+            (lo, hi)
+        }
+    }
 }
 
 pub struct F32Group;
@@ -88,7 +99,14 @@ impl WeightGroup for Q4_0Group {
     const OFFSET: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        L::nibbles(p, -8)
+        // q - 8 in f32 is exact.
+        let (lo, hi) = L::nibbles(p);
+        let eight = L::splat(-8.0);
+        (L::add(lo, eight), L::add(hi, eight))
+    }
+    #[inline(always)]
+    unsafe fn weights<L: Lanes16>(p: *const u8, d: L) -> (L, L) {
+        L::scaled_nibbles::<true>(p, d)
     }
 }
 
@@ -100,6 +118,10 @@ impl WeightGroup for Q4_1Group {
     const OFFSET: bool = true;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        L::nibbles(p, 0)
+        L::nibbles(p)
+    }
+    #[inline(always)]
+    unsafe fn weights<L: Lanes16>(p: *const u8, d: L) -> (L, L) {
+        L::scaled_nibbles::<false>(p, d)
     }
 }

@@ -21,8 +21,20 @@ pub trait Lanes16: Copy {
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
     /// `((l0 + l8) + (l4 + l12)) + ...`: lanes l and l + h added for h = 8, 4, 2, 1.
     unsafe fn reduce(self) -> f32;
-    /// 16 bytes of packed nibbles: (low nibbles + offset, high nibbles + offset).
-    unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self);
+    /// 16 bytes of packed nibbles: (low nibbles, high nibbles).
+    unsafe fn nibbles(qs: *const u8) -> (Self, Self);
+    /// `d * (q + offset)` for the 32 nibbles `q` of `qs` (low nibbles, then high), where
+    /// `offset` is 0 or -8 (`OFFSET8`). Every product is exact in f32.
+    #[inline(always)]
+    unsafe fn scaled_nibbles<const OFFSET8: bool>(qs: *const u8, d: Self) -> (Self, Self) {
+        let (mut lo, mut hi) = Self::nibbles(qs);
+        if OFFSET8 {
+            let eight = Self::splat(-8.0);
+            lo = Self::add(lo, eight);
+            hi = Self::add(hi, eight);
+        }
+        (Self::mul(d, lo), Self::mul(d, hi))
+    }
     /// 32 signed bytes: (first 16, last 16).
     unsafe fn i8x32(qs: *const i8) -> (Self, Self);
     /// 16 little-endian f16 values.
@@ -79,11 +91,11 @@ impl Lanes16 for Scalar16 {
         v[0]
     }
     #[inline(always)]
-    unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self) {
+    unsafe fn nibbles(qs: *const u8) -> (Self, Self) {
         let q = std::ptr::read_unaligned(qs.cast::<[u8; 16]>());
         (
-            Scalar16(std::array::from_fn(|l| ((q[l] & 0x0F) as i32 + offset) as f32)),
-            Scalar16(std::array::from_fn(|l| ((q[l] >> 4) as i32 + offset) as f32)),
+            Scalar16(std::array::from_fn(|l| (q[l] & 0x0F) as f32)),
+            Scalar16(std::array::from_fn(|l| (q[l] >> 4) as f32)),
         )
     }
     #[inline(always)]
@@ -158,14 +170,27 @@ mod x86 {
             reduce8(_mm256_add_ps(lo, hi))
         }
         #[inline(always)]
-        unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self) {
+        unsafe fn nibbles(qs: *const u8) -> (Self, Self) {
             let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs.cast()));
             let lo = _mm512_and_si512(bytes, _mm512_set1_epi32(0x0F));
             let hi = _mm512_srli_epi32(bytes, 4);
-            let off = _mm512_set1_epi32(offset);
+            (Avx512(_mm512_cvtepi32_ps(lo)), Avx512(_mm512_cvtepi32_ps(hi)))
+        }
+        /// A 16-entry table `d * (k + offset)` and one permute per half instead of two
+        /// conversions and two multiplications: the same exact products.
+        #[inline(always)]
+        unsafe fn scaled_nibbles<const OFFSET8: bool>(qs: *const u8, d: Self) -> (Self, Self) {
+            let base = if OFFSET8 { -8.0 } else { 0.0 };
+            let iota = _mm512_setr_ps(
+                base, base + 1.0, base + 2.0, base + 3.0, base + 4.0, base + 5.0, base + 6.0, base + 7.0,
+                base + 8.0, base + 9.0, base + 10.0, base + 11.0, base + 12.0, base + 13.0, base + 14.0, base + 15.0,
+            );
+            let table = _mm512_mul_ps(d.0, iota);
+            let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs.cast()));
+            // permutexvar reads only the low 4 bits of each index.
             (
-                Avx512(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, off))),
-                Avx512(_mm512_cvtepi32_ps(_mm512_add_epi32(hi, off))),
+                Avx512(_mm512_permutexvar_ps(bytes, table)),
+                Avx512(_mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table)),
             )
         }
         #[inline(always)]
@@ -230,15 +255,14 @@ mod x86 {
             reduce8(_mm256_add_ps(self.0, self.1))
         }
         #[inline(always)]
-        unsafe fn nibbles(qs: *const u8, offset: i32) -> (Self, Self) {
+        unsafe fn nibbles(qs: *const u8) -> (Self, Self) {
             let q = _mm_loadu_si128(qs.cast());
             let mask = _mm_set1_epi8(0x0F);
             let lo = _mm_and_si128(q, mask);
             let hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-            let off = _mm256_set1_epi32(offset);
             let cvt = |v: __m128i| {
-                let a = _mm256_add_epi32(_mm256_cvtepu8_epi32(v), off);
-                let b = _mm256_add_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)), off);
+                let a = _mm256_cvtepu8_epi32(v);
+                let b = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
                 Avx2x2(_mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b))
             };
             (cvt(lo), cvt(hi))

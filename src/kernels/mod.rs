@@ -304,7 +304,9 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NT: usize>(
     let gs_len = group_sums_len(cols);
     let d_ptr = row.add(groups * W::CODE_BYTES);
     let m_ptr = d_ptr.add(2 * groups);
-    let mut acc = [L::zero(); NT];
+    // Two chains per token (low and high halves of each group) halve the FMA latency chain.
+    let mut acc_lo = [L::zero(); NT];
+    let mut acc_hi = [L::zero(); NT];
     let mut macc = [L::zero(); NT];
     let mut d = [0f32; 16];
     for chunk in (0..groups).step_by(16) {
@@ -320,21 +322,17 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NT: usize>(
         }
         for (j, &dj) in d.iter().enumerate().take(n) {
             let g = chunk + j;
-            let (mut w_lo, mut w_hi) = W::unpack::<L>(row.add(g * W::CODE_BYTES));
-            if W::SCALED {
-                let dv = L::splat(dj);
-                w_lo = L::mul(dv, w_lo);
-                w_hi = L::mul(dv, w_hi);
-            }
-            for (t, a) in acc.iter_mut().enumerate() {
+            let dv = if W::SCALED { L::splat(dj) } else { L::zero() };
+            let (w_lo, w_hi) = W::weights::<L>(row.add(g * W::CODE_BYTES), dv);
+            for t in 0..NT {
                 let xt = x.add(t * cols + g * GROUP);
-                *a = L::fma(L::load(xt), w_lo, *a);
-                *a = L::fma(L::load(xt.add(GROUP / 2)), w_hi, *a);
+                acc_lo[t] = L::fma(L::load(xt), w_lo, acc_lo[t]);
+                acc_hi[t] = L::fma(L::load(xt.add(GROUP / 2)), w_hi, acc_hi[t]);
             }
         }
     }
     for t in 0..NT {
-        let mut v = acc[t].reduce();
+        let mut v = L::add(acc_lo[t], acc_hi[t]).reduce();
         if W::OFFSET {
             v += macc[t].reduce();
         }

@@ -14,7 +14,7 @@ static ERRORS_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 /// The `reprolm.errors` class for each variant.
 fn class_name(e: &Error) -> &'static str {
     match e {
-        Error::FileNotFound(_) | Error::Io { .. } | Error::Interrupted => unreachable!("builtin exception"),
+        Error::FileNotFound(_) | Error::Io { .. } | Error::Write { .. } | Error::Interrupted => unreachable!("builtin exception"),
         Error::Format(_) => "GgufFormatError",
         Error::Unsupported(_) => "UnsupportedError",
         Error::UnknownTensorType { .. } => "UnknownTensorTypeError",
@@ -33,10 +33,15 @@ pub fn to_pyerr(e: Error) -> PyErr {
     match &e {
         Error::FileNotFound(_) => return PyFileNotFoundError::new_err(message),
         Error::Interrupted => return PyKeyboardInterrupt::new_err(message),
-        Error::Io { source, .. } => {
+        Error::Io { source, .. } | Error::Write { source, .. } => {
             return match source.kind() {
-                std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
-                std::io::ErrorKind::InvalidInput => PyIsADirectoryError::new_err(message),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                    PyPermissionError::new_err(message)
+                }
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::IsADirectory => {
+                    PyIsADirectoryError::new_err(message)
+                }
+                std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
                 _ => PyOSError::new_err(message),
             }
         }

@@ -3,6 +3,7 @@
 
 mod chat;
 mod errors;
+mod quantize;
 mod sampling;
 mod stream;
 
@@ -279,6 +280,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sampling::register(m)?;
     stream::register(m)?;
     chat::register(m)?;
+    quantize::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

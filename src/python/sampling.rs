@@ -60,8 +60,9 @@ impl PySamplerConfig {
             seed,
             top_logprobs: count("top_logprobs", top_logprobs).py()?,
         };
-        // Ids are checked against the model's vocabulary when the sampler is used; here
-        // only against the largest id mentioned, so every other setting is validated now.
+        // Ids are checked against the model's vocabulary when the sampler is used. Here the
+        // vocabulary is taken one token larger than the largest id mentioned, so every
+        // other setting is validated now and no set can look exhausted by accident.
         let largest = config
             .logit_bias
             .iter()
@@ -70,7 +71,7 @@ impl PySamplerConfig {
             .chain(config.banned_token_ids.iter().copied())
             .max()
             .unwrap_or(0);
-        config.validate(largest as usize + 1).py()?;
+        config.validate(largest as usize + 2).py()?;
         Ok(PySamplerConfig { config })
     }
 

@@ -75,10 +75,7 @@ impl SamplerConfig {
     /// offending setting.
     pub fn validate(&self, vocab_size: usize) -> Result<()> {
         if vocab_size == 0 || vocab_size > u32::MAX as usize {
-            return Err(Error::invalid_argument(
-                "vocab_size",
-                format!("must be in 1..=2^32-1, got {vocab_size}"),
-            ));
+            return Err(Error::invalid_argument("vocab_size", format!("must be in 1..=2^32-1, got {vocab_size}")));
         }
         check_temperature(self.temperature)?;
         check(self.top_p > 0.0 && self.top_p <= 1.0, "top_p", "must be in (0, 1]", self.top_p)?;
@@ -89,10 +86,9 @@ impl SamplerConfig {
             "must be finite and > 0",
             self.repetition_penalty,
         )?;
-        for (name, value) in [
-            ("presence_penalty", self.presence_penalty),
-            ("frequency_penalty", self.frequency_penalty),
-        ] {
+        for (name, value) in
+            [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)]
+        {
             check(value.is_finite(), name, "must be finite", value)?;
         }
         check_ids("logit_bias", self.logit_bias.iter().map(|&(id, _)| id), vocab_size)?;

@@ -23,7 +23,7 @@ const UNIT_EXPONENT: i32 = -1074;
 
 /// An exact, non-negative sum of doubles in [0, 1], kept as a fixed-point integer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExactSum {
+pub(crate) struct ExactSum {
     /// Little-endian 64-bit limbs of the integer value in units of 2^-1074.
     limbs: [u64; LIMBS],
 }
@@ -44,24 +44,24 @@ fn split(x: f64) -> (u64, u32) {
 
 impl ExactSum {
     /// The empty sum.
-    pub const ZERO: ExactSum = ExactSum { limbs: [0; LIMBS] };
+    pub(crate) const ZERO: ExactSum = ExactSum { limbs: [0; LIMBS] };
 
     /// The exact value of one double in [0, 1].
-    pub fn of(x: f64) -> Self {
+    pub(crate) fn of(x: f64) -> Self {
         let mut sum = Self::ZERO;
         sum.add(x);
         sum
     }
 
     /// The exact sum of a sequence of doubles in [0, 1].
-    pub fn of_all(values: impl IntoIterator<Item = f64>) -> Self {
+    pub(crate) fn of_all(values: impl IntoIterator<Item = f64>) -> Self {
         let mut sum = Self::ZERO;
         values.into_iter().for_each(|x| sum.add(x));
         sum
     }
 
     /// Adds a double in [0, 1] exactly.
-    pub fn add(&mut self, x: f64) {
+    pub(crate) fn add(&mut self, x: f64) {
         let (significand, shift) = split(x);
         let (limb, offset) = ((shift / 64) as usize, shift % 64);
         let addend = (significand as u128) << offset;
@@ -83,7 +83,7 @@ impl ExactSum {
     /// With x = m * 2^(s - 1074) (m the integer significand), x * self = m * self / 2^(1074 - s)
     /// units; the product m * self is formed limb by limb in 128-bit arithmetic and the
     /// division by a power of two is a right shift that rounds up if any bit is shifted out.
-    pub fn scaled_ceil(&self, x: f64) -> ExactSum {
+    pub(crate) fn scaled_ceil(&self, x: f64) -> ExactSum {
         let (significand, shift) = split(x);
         let mut product = [0u64; LIMBS + 1];
         let mut carry = 0u128;
@@ -111,18 +111,18 @@ impl ExactSum {
     }
 
     /// The double nearest to the sum (ties to even).
-    pub fn to_f64(&self) -> f64 {
+    pub(crate) fn to_f64(self) -> f64 {
         self.round(|significand, half, below_half| half && (below_half || significand & 1 == 1))
     }
 
     /// The smallest double greater than or equal to the sum.
-    pub fn to_f64_ceil(&self) -> f64 {
+    pub(crate) fn to_f64_ceil(self) -> f64 {
         self.round(|_, half, below_half| half || below_half)
     }
 
     /// Rounds to a double: keeps the top 53 bits and asks `round_up(significand, half bit,
     /// any bit below the half bit)` whether to add one unit in the last place.
-    fn round(&self, round_up: impl Fn(u64, bool, bool) -> bool) -> f64 {
+    fn round(self, round_up: impl Fn(u64, bool, bool) -> bool) -> f64 {
         let Some(top) = self.highest_bit() else { return 0.0 };
         // Values below 2^53 units are subnormal or the smallest normal binade: exact, and
         // their bit pattern equals the integer itself.
@@ -168,8 +168,7 @@ impl ExactSum {
     /// Whether any bit strictly below `position` is set.
     fn any_below(&self, position: u32) -> bool {
         let (limb, offset) = ((position / 64) as usize, position % 64);
-        self.limbs[..limb].iter().any(|&l| l != 0)
-            || (offset > 0 && self.limbs[limb] & ((1u64 << offset) - 1) != 0)
+        self.limbs[..limb].iter().any(|&l| l != 0) || (offset > 0 && self.limbs[limb] & ((1u64 << offset) - 1) != 0)
     }
 }
 
@@ -189,20 +188,18 @@ impl PartialOrd for ExactSum {
 mod tests {
     use super::*;
 
-    /// A tiny deterministic generator for test inputs (SplitMix64).
-    fn next(state: &mut u64) -> u64 {
-        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    use crate::sampling::rng::uniform;
+
+    /// The i-th test draw, an integer below 2^bits (bits <= 53).
+    fn draw(i: u64, bits: i32) -> u64 {
+        (uniform(1, i) * 2f64.powi(bits)) as u64
     }
 
     #[test]
     fn example_5_6_prefix_is_exactly_the_threshold() {
         // Naive float summation gives 0.8999999999999999 < 0.9; the exact sum of the three
         // doubles equals the double 0.9.
-        assert!(0.5 + 0.2 + 0.2 < 0.9);
+        assert!(std::hint::black_box(0.5) + 0.2 + 0.2 < 0.9);
         let sum = ExactSum::of_all([0.5, 0.2, 0.2]);
         assert_eq!(sum, ExactSum::of(0.9));
         assert_eq!(sum.to_f64(), 0.9);
@@ -210,19 +207,18 @@ mod tests {
 
     #[test]
     fn sums_of_dyadic_values_match_integer_arithmetic() {
-        // Values k * 2^-60 with k < 2^56 (n <= 16 of them, so the sum stays below 1): the
-        // exact sum is an integer number of 2^-60 units, computed exactly in u128.
-        let mut state = 1;
+        // Values k * 2^-60 with k < 2^56 a multiple of 8 (exact doubles; n <= 16 of them, so
+        // the sum stays below 1): the exact sum is an integer number of 2^-60 units, in u128.
+        let mut i = 0..;
         for _ in 0..2000 {
-            let n = (next(&mut state) % 16 + 1) as usize;
-            let ks: Vec<u64> = (0..n).map(|_| next(&mut state) >> 8).collect();
+            let n = draw(i.next().unwrap(), 4) as usize + 1;
+            let ks: Vec<u64> = (0..n).map(|_| draw(i.next().unwrap(), 53) << 3).collect();
             let sum = ExactSum::of_all(ks.iter().map(|&k| k as f64 * 2f64.powi(-60)));
-            // k * 2^-60 is the double of k rounded to 53 bits, still an integer times 2^-60.
-            let exact: u128 = ks.iter().map(|&k| (k as f64) as u128).sum();
+            let exact: u128 = ks.iter().map(|&k| k as u128).sum();
             assert_eq!(sum.to_f64(), exact as f64 * 2f64.powi(-60));
             assert!(sum.to_f64_ceil() >= sum.to_f64());
             // x * sum with x = m * 2^-53 is exactly m * exact * 2^-113: no rounding at all.
-            let m = next(&mut state) >> 11;
+            let m = draw(i.next().unwrap(), 53);
             let scaled = sum.scaled_ceil(m as f64 * 2f64.powi(-53));
             assert_eq!(scaled, ExactSum::of_all(pieces(m as u128 * exact)));
         }

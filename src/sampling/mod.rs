@@ -4,8 +4,8 @@
 //!
 //! A [`Sampler`] turns one vector of f32 logits into one token, in this fixed order:
 //!
-//! 1. **processors**: repetition penalty, frequency and presence
-//!    penalties, logit bias, then the allowed/banned masks (restriction, proposition 5.2);
+//! 1. **processors**: repetition penalty, frequency and presence penalties, logit bias, then
+//!    the allowed/banned masks (restriction to a set S, proposition 5.2), on f64 logits;
 //! 2. **temperature** (definition 4.1): p = softmax(z / tau) in f64 with the maximum
 //!    subtracted; tau = 0 is the greedy branch (argmax, lowest id on ties, no division) and
 //!    skips the remaining stages;
@@ -16,14 +16,18 @@
 //!    order with one uniform per step, `u_t = rng::uniform(seed, t)` (Philox4x32-10), the
 //!    comparison C_j >= u again exact.
 //!
-//! The final distribution q is p restricted to the survivors S: q_i = p_i / p(S).
+//! The final distribution q is p restricted to the survivors S: q_i = p_i / p(S) on S, with
+//! p(S) summed exactly. When no token of positive probability was removed, q = p itself: p is
+//! the distribution (p(V) = 1 by definition; its f64 entries add up to 1 within a few ulps).
 //!
 //! # Determinism
 //!
 //! Every stage is a deterministic function of (logits, history, settings, seed, step): no
-//! global state, no thread-count dependence, an `exp` without platform libm, fixed summation
-//! orders, and exact arithmetic wherever a comparison decides a set or a token
-//! (proposition 6.3.1). The free functions below run the same code as the sampler.
+//! global state, no thread-count dependence, an `exp` without platform libm, operation orders
+//! fixed by the code rather than by the SIMD width, and exact arithmetic wherever a comparison
+//! decides a set or a token (proposition 6.3.1). The free functions below ([`softmax()`],
+//! [`top_k_set`], [`top_p_set`], [`restrict`], [`entropy`], [`total_variation`],
+//! [`log_softmax`]) run the same code as the sampler.
 
 mod config;
 mod exact_sum;

@@ -71,11 +71,8 @@ impl Processors {
                 if *count == 0 {
                     *count = 1;
                     let logit = &mut z[id as usize];
-                    *logit = if *logit > 0.0 {
-                        *logit / self.repetition_penalty
-                    } else {
-                        *logit * self.repetition_penalty
-                    };
+                    *logit =
+                        if *logit > 0.0 { *logit / self.repetition_penalty } else { *logit * self.repetition_penalty };
                 }
             }
             recent.iter().for_each(|&id| self.counts[id as usize] = 0);
@@ -141,11 +138,8 @@ mod tests {
 
     #[test]
     fn processors_match_the_reference_on_random_inputs() {
-        let mut state = 3u64;
-        let mut next = |m: u64| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 33) % m
-        };
+        let mut counter = 0..;
+        let mut next = |m: u64| (crate::sampling::rng::uniform(3, counter.next().unwrap()) * m as f64) as u64;
         let vocab = 50;
         for case in 0..500 {
             let z: Vec<f32> = (0..vocab).map(|_| (next(2000) as f32 - 1000.0) / 97.0).collect();
@@ -180,11 +174,7 @@ mod tests {
 
     #[test]
     fn frequency_and_presence_count_generated_tokens_only() {
-        let config = SamplerConfig {
-            presence_penalty: 0.5,
-            frequency_penalty: 1.0,
-            ..SamplerConfig::default()
-        };
+        let config = SamplerConfig { presence_penalty: 0.5, frequency_penalty: 1.0, ..SamplerConfig::default() };
         let mut processors = Processors::new(&config, 3);
         let mut z = vec![0.0; 3];
         // Token 0 appears in the prompt only; token 1 twice after it; token 2 once.

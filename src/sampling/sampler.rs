@@ -5,9 +5,8 @@ use crate::sampling::config::SamplerConfig;
 use crate::sampling::processors::Processors;
 use crate::sampling::rng::uniform;
 use crate::sampling::select::{argmax, inverse_cdf};
-use crate::sampling::softmax::{check_logits, softmax_in_place};
-use crate::sampling::stats::{entropy_of, most_probable};
-use crate::sampling::truncation::{key_id, key_probability, restrict_into, Kept, Truncation};
+use crate::sampling::softmax::{check_logits, softmax_into, Normalization};
+use crate::sampling::truncation::{restrict_into, Kept, Truncation};
 
 /// One sampled token with the statistics of the distribution q it was drawn from.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,9 +17,9 @@ pub struct Selection {
     pub logprob: f64,
     /// The entropy H(q) in nats.
     pub entropy: f64,
-    /// 1 - p(S): the post-temperature mass removed by top-k, top-p and min-p (0 when nothing
-    /// was removed, and for the greedy branch whose post-temperature distribution is a point
-    /// mass).
+    /// 1 - p(S): the post-temperature mass removed by top-k, top-p and min-p (exactly 0 when
+    /// nothing was removed, and for the greedy branch whose post-temperature distribution is a
+    /// point mass).
     pub removed_mass: f64,
     /// The `top_logprobs` most probable tokens under q as (id, ln q), probability descending,
     /// ties by ascending id; shorter when q has fewer tokens.
@@ -31,8 +30,8 @@ pub struct Selection {
 enum Pipeline {
     /// Temperature 0: the point mass on this token.
     Greedy(u32),
-    /// p_tau is in `Sampler::work`, the survivors S in the truncation buffer.
-    Sampled(Kept),
+    /// p_tau is in `Sampler::probs`, the survivors S are described by `kept`.
+    Sampled { kept: Kept, normalization: Normalization },
 }
 
 /// A validated sampling pipeline (see the [module docs](crate::sampling) for the order of the
@@ -43,8 +42,10 @@ pub struct Sampler {
     config: SamplerConfig,
     processors: Processors,
     truncation: Truncation,
-    /// Logits, then the post-temperature distribution p_tau, in place; `[vocab_size]`.
-    work: Vec<f64>,
+    /// The logits as f64 after the processors (-inf = excluded); `[vocab_size]`.
+    logits: Vec<f64>,
+    /// The post-temperature distribution p_tau; `[vocab_size]`.
+    probs: Vec<f64>,
 }
 
 impl Sampler {
@@ -55,7 +56,8 @@ impl Sampler {
         Ok(Sampler {
             processors: Processors::new(&config, vocab_size),
             truncation: Truncation::new(&config, vocab_size),
-            work: vec![0.0; vocab_size],
+            logits: vec![0.0; vocab_size],
+            probs: vec![0.0; vocab_size],
             config,
         })
     }
@@ -67,40 +69,52 @@ impl Sampler {
 
     /// The vocabulary size this sampler was built for.
     pub fn vocab_size(&self) -> usize {
-        self.work.len()
+        self.logits.len()
     }
 
     /// The final distribution q over the whole vocabulary (zeros outside the support S) for
-    /// these logits. `history` is the context so far (prompt then generated ids), of which the
-    /// first `n_prompt` are the prompt; the penalties read it.
+    /// these logits: q = p_tau when no token was truncated, else p_tau / p(S) on S. `history`
+    /// is the context so far (prompt then generated ids), of which the first `n_prompt` are the
+    /// prompt; the penalties read it.
     pub fn distribution(&mut self, logits: &[f32], history: &[u32], n_prompt: usize) -> Result<Vec<f64>> {
         let mut q = vec![0.0; self.vocab_size()];
         match self.run(logits, history, n_prompt)? {
             Pipeline::Greedy(token) => q[token as usize] = 1.0,
-            Pipeline::Sampled(kept) => restrict_into(&mut q, self.truncation.survivors(), &kept.mass),
+            Pipeline::Sampled { kept, .. } => {
+                restrict_into(&mut q, self.truncation.survivors(&self.probs, &kept).iter(), &kept.normalizer)
+            }
         }
         Ok(q)
     }
 
     /// Chooses the token for decoding step `step` (the draw is `rng::uniform(seed, step)`) and
     /// reports the statistics of q. Arguments as for [`Sampler::distribution`].
+    ///
+    /// The entropy uses ln q_i = x_i - ln Z - ln p(S), with x_i = (z_i - z_max) / tau the
+    /// exponent the softmax used, instead of one logarithm per token (it agrees with
+    /// [`entropy`](crate::sampling::entropy) of q to about 1e-15).
     pub fn sample(&mut self, logits: &[f32], history: &[u32], n_prompt: usize, step: u64) -> Result<Selection> {
-        let kept = match self.run(logits, history, n_prompt)? {
+        let (kept, normalization) = match self.run(logits, history, n_prompt)? {
             Pipeline::Greedy(token) => {
                 let alternatives = if self.config.top_logprobs > 0 { vec![(token, 0.0)] } else { Vec::new() };
                 return Ok(Selection { token, logprob: 0.0, entropy: 0.0, removed_mass: 0.0, alternatives });
             }
-            Pipeline::Sampled(kept) => kept,
+            Pipeline::Sampled { kept, normalization } => (kept, normalization),
         };
-        let total = kept.mass.to_f64();
-        let survivors = self.truncation.survivors();
-        let alternatives = most_probable(survivors, self.config.top_logprobs, total);
-        let entropy = entropy_of(survivors.iter().map(|&key| key_probability(key) / total));
-        survivors.sort_unstable_by_key(|&key| key_id(key));
-        let token = inverse_cdf(survivors, &kept.mass, uniform(self.config.seed, step));
+        let total = kept.normalizer.to_f64();
+        let survivors = self.truncation.survivors(&self.probs, &kept);
+        // H(q) = sum q_i (ln Z + ln p(S) - x_i) with q_i = p_i / p(S), x_i = (z_i - z_max) / tau.
+        let (mass, weighted_logits) = survivors.iter().fold((0.0, 0.0), |(mass, weighted), (id, prob)| {
+            (mass + prob, weighted + prob * (self.logits[id as usize] - normalization.max_logit))
+        });
+        let log_scale = normalization.normalizer.ln() + total.ln();
+        let entropy = ((mass * log_scale - weighted_logits / self.config.temperature) / total).max(0.0);
+        let token = inverse_cdf(|| survivors.iter(), &kept.normalizer, uniform(self.config.seed, step));
+        // Last: listing the alternatives reuses the candidate buffer.
+        let alternatives = self.truncation.most_probable(&self.probs, &kept, self.config.top_logprobs, total);
         Ok(Selection {
             token,
-            logprob: (self.work[token as usize] / total).ln(),
+            logprob: (self.probs[token as usize] / total).ln(),
             entropy,
             removed_mass: if kept.removed_any { (1.0 - total).max(0.0) } else { 0.0 },
             alternatives,
@@ -126,24 +140,25 @@ impl Sampler {
             ));
         }
         let mut any_bad = false;
-        for (slot, &logit) in self.work.iter_mut().zip(logits) {
+        for (slot, &logit) in self.logits.iter_mut().zip(logits) {
             any_bad |= logit.is_nan() | (logit == f32::INFINITY);
             *slot = logit as f64;
         }
         if any_bad {
-            check_logits(&self.work, "logits")?;
+            check_logits(&self.logits, "logits")?;
         }
-        self.processors.apply(&mut self.work, history, n_prompt);
-        if self.work.iter().all(|&v| v == f64::NEG_INFINITY) {
+        self.processors.apply(&mut self.logits, history, n_prompt);
+        if self.logits.iter().all(|&v| v == f64::NEG_INFINITY) {
             return Err(Error::invalid_argument(
                 "logits",
                 "no token has a finite logit once masks and penalties are applied",
             ));
         }
         if self.config.temperature == 0.0 {
-            return Ok(Pipeline::Greedy(argmax(&self.work).expect("checked: some logit is finite")));
+            return Ok(Pipeline::Greedy(argmax(&self.logits).expect("checked: some logit is finite")));
         }
-        let p_max = softmax_in_place(&mut self.work, self.config.temperature);
-        Ok(Pipeline::Sampled(self.truncation.apply(&self.work, p_max)))
+        let normalization = softmax_into(&self.logits, self.config.temperature, &mut self.probs);
+        let kept = self.truncation.apply(&self.probs, 1.0 / normalization.normalizer);
+        Ok(Pipeline::Sampled { kept, normalization })
     }
 }

@@ -1,7 +1,6 @@
 //! The last pipeline stage: choosing one token.
 
 use crate::sampling::exact_sum::ExactSum;
-use crate::sampling::truncation::{key_id, key_probability};
 
 /// Greedy choice (definition 3.2): the lowest id among the maxima of `values`, or `None` when
 /// every value is -inf (or the slice is empty). `values` contains no NaN.
@@ -15,29 +14,70 @@ pub(crate) fn argmax(values: &[f64]) -> Option<u32> {
     best.map(|(id, _)| id)
 }
 
-/// Inverse-CDF sampling (proposition 6.1): X = min{ j : C_j >= u } over the survivors in
-/// ascending id order, where q_j = p_j / p(S) and C_j = sum_{i <= j} q_i.
+/// Inverse-CDF sampling (proposition 6.1): X = min{ j : C_j >= u } over the survivors, listed
+/// by `support()` as (id, p_j) in ascending id order, where q_j = p_j / normalizer and
+/// C_j = sum_{i <= j} q_i.
 ///
-/// Exact: C_j >= u is evaluated as sum_{i <= j} p_i >= ceil(u * p(S)) on [`ExactSum`]s, so no
-/// rounding of the cumulative sums or of the normalization can move the boundary between two
-/// tokens. `support` holds the survivors' rank keys sorted by id, `mass` is their exact total
-/// and `u` is in [0, 1). With u = 0 the first survivor is chosen, so a token outside the
-/// support is never returned.
-pub(crate) fn inverse_cdf(support: &[u128], mass: &ExactSum, u: f64) -> u32 {
-    let threshold = mass.scaled_ceil(u);
+/// Exact: C_j >= u is decided as A_j = sum_{i <= j} p_i >= T = ceil(u * normalizer) with
+/// [`ExactSum`] semantics, so no rounding of the cumulative sums or of the normalization can
+/// move the boundary between two tokens. Cheaply: a float pass decides whenever the running
+/// float sum is provably on one side of T, and only a too-close call (roughly one draw in
+/// 10^7 for a flat distribution over 50,000 tokens) repeats the walk with exact sums.
+///
+/// `u` is in [0, 1); with u = 0 the first survivor is chosen, so a token outside the support
+/// is never returned. With normalizer p(S) the last A_j is p(S) >= T. With normalizer 1
+/// (nothing truncated, q = p) C_N is 1 by definition: if rounding left sum p_i below u, the
+/// last token is the one with C_N >= u.
+pub(crate) fn inverse_cdf<I>(mut support: impl FnMut() -> I, normalizer: &ExactSum, u: f64) -> u32
+where
+    I: Iterator<Item = (u32, f64)>,
+{
+    let threshold = normalizer.scaled_ceil(u);
+    screened_search(support(), threshold.to_f64()).unwrap_or_else(|| exact_search(support(), &threshold))
+}
+
+/// The first id whose cumulative sum reaches T, decided in floating point, or `None` when a
+/// partial sum is too close to T to tell. `target` is T rounded to nearest.
+///
+/// The recursive float sum s_j of non-negative terms satisfies |s_j - A_j| <= gamma_(j-1) A_j
+/// <= 1.01 (j - 1) 2^-53 s_j (the standard bound for recursive summation), and |target - T|
+/// <= 2^-53 target; the slack (j + 1) 2^-50 below covers both with a factor of 8 to spare for
+/// the rounding of the checks themselves.
+fn screened_search(support: impl Iterator<Item = (u32, f64)>, target: f64) -> Option<u32> {
+    let margin = 2f64.powi(-50);
+    let (target_low, target_high) = (target * (1.0 - margin), target * (1.0 + margin));
+    let (mut sum, mut last) = (0.0, None);
+    for (j, (id, prob)) in support.enumerate() {
+        sum += prob;
+        let slack = (j + 1) as f64 * margin;
+        if sum * (1.0 + slack) < target_low {
+            last = Some(id); // surely A_j < T
+        } else if sum * (1.0 - slack) > target_high {
+            return Some(id); // surely A_j >= T, and every earlier A_i < T
+        } else {
+            return None;
+        }
+    }
+    last
+}
+
+/// The first id whose exact cumulative sum reaches `threshold`, or the last id if none does.
+fn exact_search(support: impl Iterator<Item = (u32, f64)>, threshold: &ExactSum) -> u32 {
     let mut cumulative = ExactSum::ZERO;
-    let chosen = support.iter().find(|&&key| {
-        cumulative.add(key_probability(key));
-        cumulative >= threshold
-    });
-    // The full sum is p(S) >= ceil(u p(S)) because u < 1, so `find` always succeeds.
-    key_id(*chosen.or(support.last()).expect("the support is never empty"))
+    let mut last = None;
+    for (id, prob) in support {
+        cumulative.add(prob);
+        if cumulative >= *threshold {
+            return id;
+        }
+        last = Some(id);
+    }
+    last.expect("the support is never empty")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::truncation::rank_key;
 
     #[test]
     fn argmax_takes_the_lowest_id_on_ties() {
@@ -49,22 +89,51 @@ mod tests {
     #[test]
     fn inverse_cdf_switches_exactly_at_the_cumulative_sums() {
         // q = (0.25, 0.5, 0.25) on ids 2, 5, 7: C = (0.25, 0.75, 1).
-        let support = [rank_key(0.25, 2), rank_key(0.5, 5), rank_key(0.25, 7)];
-        let mass = ExactSum::of(1.0);
-        assert_eq!(inverse_cdf(&support, &mass, 0.0), 2);
-        assert_eq!(inverse_cdf(&support, &mass, 0.25), 2);
-        assert_eq!(inverse_cdf(&support, &mass, 0.25f64.next_up()), 5);
-        assert_eq!(inverse_cdf(&support, &mass, 0.75), 5);
-        assert_eq!(inverse_cdf(&support, &mass, 0.75f64.next_up()), 7);
-        assert_eq!(inverse_cdf(&support, &mass, 1.0f64.next_down()), 7);
+        let support = [(2, 0.25), (5, 0.5), (7, 0.25)];
+        let draw = |u: f64| inverse_cdf(|| support.into_iter(), &ExactSum::of(1.0), u);
+        assert_eq!(draw(0.0), 2);
+        assert_eq!(draw(0.25), 2);
+        assert_eq!(draw(0.25f64.next_up()), 5);
+        assert_eq!(draw(0.75), 5);
+        assert_eq!(draw(0.75f64.next_up()), 7);
+        assert_eq!(draw(1.0f64.next_down()), 7);
+        // A deficit from rounding (sum 0.875 < u) goes to the last token: C_N = 1.
+        let short = [(0, 0.5), (1, 0.375)];
+        assert_eq!(inverse_cdf(|| short.into_iter(), &ExactSum::of(1.0), 0.9), 1);
     }
 
     #[test]
     fn inverse_cdf_compares_against_the_renormalized_mass() {
         // Survivors (0.375, 0.125) of a larger distribution: q = (0.75, 0.25), C_0 = 0.75.
-        let support = [rank_key(0.375, 0), rank_key(0.125, 1)];
+        let support = [(0, 0.375), (1, 0.125)];
         let mass = ExactSum::of_all([0.375, 0.125]);
-        assert_eq!(inverse_cdf(&support, &mass, 0.75), 0);
-        assert_eq!(inverse_cdf(&support, &mass, 0.75f64.next_up()), 1);
+        assert_eq!(inverse_cdf(|| support.into_iter(), &mass, 0.75), 0);
+        assert_eq!(inverse_cdf(|| support.into_iter(), &mass, 0.75f64.next_up()), 1);
+    }
+
+    #[test]
+    fn the_float_screen_agrees_with_exact_search_or_abstains() {
+        let mut counter = 0..;
+        let mut next = || crate::sampling::rng::uniform(11, counter.next().unwrap());
+        let (mut decided, mut abstained) = (0, 0);
+        for case in 0..2000 {
+            let n = 1 + case % 300;
+            let support: Vec<(u32, f64)> = (0..n as u32).map(|id| (id, next() / n as f64)).collect();
+            let mass = ExactSum::of_all(support.iter().map(|&(_, p)| p));
+            // A random draw, a draw right at a cumulative sum (the screen must abstain), 0.
+            let prefix = ExactSum::of_all(support[..n / 2 + 1].iter().map(|&(_, p)| p));
+            for u in [next(), prefix.to_f64() / mass.to_f64(), 0.0] {
+                let threshold = mass.scaled_ceil(u.min(1.0f64.next_down()));
+                let exact = exact_search(support.iter().copied(), &threshold);
+                match screened_search(support.iter().copied(), threshold.to_f64()) {
+                    Some(id) => {
+                        assert_eq!(id, exact);
+                        decided += 1;
+                    }
+                    None => abstained += 1,
+                }
+            }
+        }
+        assert!(decided >= 3990 && abstained > 0, "decided {decided}, abstained {abstained}");
     }
 }

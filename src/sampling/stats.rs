@@ -1,7 +1,6 @@
-//! Statistics of distributions: entropy, total variation, most probable tokens.
+//! Statistics of distributions: entropy and total variation.
 
 use crate::error::{Error, Result};
-use crate::sampling::truncation::{key_id, key_probability};
 
 /// Checks that `p` is a probability vector: non-empty, every entry finite in [0, 1], summing
 /// to 1 within 1e-6 (the definitions assume a distribution; float32-normalized input passes).
@@ -16,15 +15,10 @@ pub(crate) fn check_distribution(p: &[f64]) -> Result<()> {
     Ok(())
 }
 
-/// `-sum q_i ln q_i` over the given probabilities, with 0 ln 0 = 0.
-pub(crate) fn entropy_of(q: impl Iterator<Item = f64>) -> f64 {
-    -q.filter(|&x| x > 0.0).map(|x| x * x.ln()).sum::<f64>()
-}
-
 /// The entropy H(p) = -sum_i p_i ln p_i in nats (section 2; terms with p_i = 0 are 0).
 pub fn entropy(p: &[f64]) -> Result<f64> {
     check_distribution(p)?;
-    Ok(entropy_of(p.iter().copied()))
+    Ok(-p.iter().filter(|&&x| x > 0.0).map(|&x| x * x.ln()).sum::<f64>())
 }
 
 /// The total variation distance (1/2) sum_i |p_i - q_i| (proposition 5.2.3), summed in id order.
@@ -32,23 +26,7 @@ pub fn total_variation(p: &[f64], q: &[f64]) -> Result<f64> {
     check_distribution(p)?;
     check_distribution(q).map_err(|_| Error::invalid_argument("q", "must be a probability vector"))?;
     if p.len() != q.len() {
-        return Err(Error::invalid_argument(
-            "q",
-            format!("has {} entries but p has {}", q.len(), p.len()),
-        ));
+        return Err(Error::invalid_argument("q", format!("has {} entries but p has {}", q.len(), p.len())));
     }
     Ok(0.5 * p.iter().zip(q).map(|(a, b)| (a - b).abs()).sum::<f64>())
-}
-
-/// The `n` best rank keys as (id, ln(p_i / total)), in rank order; reorders `keys`.
-pub(crate) fn most_probable(keys: &mut [u128], n: usize, total: f64) -> Vec<(u32, f64)> {
-    let n = n.min(keys.len());
-    if n == 0 {
-        return Vec::new();
-    }
-    if n < keys.len() {
-        keys.select_nth_unstable(n - 1);
-    }
-    keys[..n].sort_unstable();
-    keys[..n].iter().map(|&key| (key_id(key), (key_probability(key) / total).ln())).collect()
 }

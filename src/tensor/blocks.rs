@@ -85,3 +85,11 @@ pub fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
     // pattern valid), and the length is a whole number of blocks.
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size) }
 }
+
+/// Views `bytes` as whole blocks to be written (see [`as_blocks`]).
+pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> &mut [B] {
+    let size = std::mem::size_of::<B>();
+    assert!(bytes.len() % size == 0, "byte length {} is not whole blocks of {size}", bytes.len());
+    // SAFETY: as in `as_blocks`; the exclusive borrow of the bytes becomes one of the blocks.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<B>(), bytes.len() / size) }
+}

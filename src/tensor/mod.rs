@@ -3,7 +3,7 @@
 mod blocks;
 mod dequant;
 
-pub use blocks::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+pub use blocks::{as_blocks, as_blocks_mut, BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
 pub use dequant::dequantize_row;
 
 /// The ggml tensor types reprolm reads and computes with (ids as in ggml.h).
@@ -23,6 +23,16 @@ impl GgmlType {
 
     pub fn from_id(id: u32) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.id() == id)
+    }
+
+    /// The type named `name` ("q4_1", "Q8_0", "f16", ... in any case).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Whether values are stored in blocks with a scale (Q4_0, Q4_1, Q8_0).
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
     }
 
     pub fn id(self) -> u32 {
