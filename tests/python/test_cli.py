@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-COMMANDS = ["generate", "chat", "inspect", "bench", "download"]
+MODEL_COMMANDS = ["generate", "chat", "inspect", "bench"]
+COMMANDS = [*MODEL_COMMANDS, "download", "quantize", "convert"]
 
 
 def run(*args: str, stdin: str = "", timeout: float = 120,
@@ -26,7 +27,7 @@ def test_help_lists_and_describes_every_command() -> None:
         assert command in top.stdout
         sub = run(command, "--help")
         assert sub.returncode == 0 and sub.stdout.startswith("usage: reprolm " + command)
-        if command != "download":
+        if command in MODEL_COMMANDS:
             assert "--model" in sub.stdout
 
 
