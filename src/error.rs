@@ -73,6 +73,10 @@ pub enum Error {
     /// A session state file saved with another model (or another model file).
     #[error("session state file belongs to another model: {0}")]
     StateModelMismatch(String),
+    /// A chat template is missing, malformed, or failed to render (its own `raise_exception`
+    /// included).
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
 
     /// Generation was interrupted by the caller (e.g. Ctrl-C).
     #[error("interrupted")]

@@ -6,6 +6,7 @@
 //! fixed op sequence, so results do not depend on thread count, batch size or ISA.
 
 pub mod count;
+pub mod chat;
 pub mod decode;
 pub mod engine;
 pub mod error;

@@ -12,9 +12,10 @@ from . import sampling
 from ._core import ModelConfig, __version__
 from ._download import cache_dir, default_model_path
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
-from ._model import Completion, FinishReason, Model, Prompt, Session
+from ._model import Chunk, Completion, FinishReason, Message, Model, Prompt, Session
 from ._quantize import QuantizeReport, TensorReport, convert, quantize, quantize_row
 from .errors import (
+    ChatTemplateError,
     ContextOverflowError,
     EmptyPromptError,
     GgufFormatError,
@@ -38,6 +39,8 @@ __all__ = [
     "Model",
     "Session",
     "Completion",
+    "Chunk",
+    "Message",
     "FinishReason",
     "Prompt",
     "ModelConfig",
@@ -69,6 +72,7 @@ __all__ = [
     "StateFormatError",
     "StateVersionError",
     "StateModelMismatchError",
+    "ChatTemplateError",
     "ModelDownloadError",
     "__version__",
 ]

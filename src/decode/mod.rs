@@ -2,6 +2,7 @@
 //! and beam search (definition 3.2).
 
 mod beam;
+pub mod stream;
 
 pub use beam::{beam_search, Beam};
 

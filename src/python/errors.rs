@@ -27,6 +27,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::StateFormat(_) => "StateFormatError",
         Error::StateVersion { .. } => "StateVersionError",
         Error::StateModelMismatch(_) => "StateModelMismatchError",
+        Error::ChatTemplate(_) => "ChatTemplateError",
     }
 }
 

@@ -1,10 +1,12 @@
 //! PyO3 bindings: the `reprolm._core` extension module. Thin wrappers only: arguments are
 //! extracted, the GIL is released, and the Rust API does the work.
 
+mod chat;
 mod errors;
 mod quantize;
 mod sampling;
 mod session;
+mod stream;
 
 use std::sync::Arc;
 
@@ -228,6 +230,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModelConfig>()?;
     m.add_class::<session::PySession>()?;
     sampling::register(m)?;
+    stream::register(m)?;
+    chat::register(m)?;
     quantize::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;

@@ -1,0 +1,112 @@
+"""The command line, run as a user would (issue 6, item 6)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MODEL_COMMANDS = ["generate", "chat", "inspect", "bench"]
+COMMANDS = [*MODEL_COMMANDS, "download", "quantize", "convert"]
+
+
+def run(*args: str, stdin: str = "", timeout: float = 120,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reprolm", *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, env=None if env is None else {**os.environ, **env})
+
+
+def test_help_lists_and_describes_every_command() -> None:
+    top = run("--help")
+    assert top.returncode == 0
+    for command in COMMANDS:
+        assert command in top.stdout
+        sub = run(command, "--help")
+        assert sub.returncode == 0 and sub.stdout.startswith("usage: reprolm " + command)
+        if command in MODEL_COMMANDS:
+            assert "--model" in sub.stdout
+
+
+def test_generate_streams_the_greedy_reference(generations: list[dict[str, Any]]) -> None:
+    g = generations[0]
+    out = run("generate", g["prompt"], "-n", "6", "--verbose")
+    assert out.returncode == 0, out.stderr
+    from reprolm import Model, default_model_path
+
+    expected = Model.load(default_model_path()).detokenize(g["greedy_ids"][:6])
+    assert out.stdout == g["prompt"] + expected + "\n"
+    assert "finish_reason: length" in out.stderr
+    stopped = run("generate", g["prompt"], "-n", "6", "--stop", ".", "--no-echo")
+    assert stopped.stdout == " Paris\n"
+
+
+def test_chat_keeps_history(generations: list[dict[str, Any]]) -> None:
+    # Two turns read from stdin: the second reply depends on the first turn being kept.
+    out = run("chat", "-n", "48", stdin="What is the boiling point of water?\n/exit\nnot read\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == generations[2]["greedy_text"] + "\n"
+    two = run("chat", "-n", "16", stdin="What is the capital of France?\nAnd of Italy?\n")
+    first, second = two.stdout.splitlines()
+    assert first == "The capital of France is Paris."
+    assert "Rome" in second
+    alone = run("chat", "-n", "16", stdin="And of Italy?\n")
+    assert alone.stdout.strip() != second
+
+
+def test_inspect_prints_metadata_and_tensor_table(model_path: Path) -> None:
+    out = run("inspect", "--model", str(model_path))
+    assert out.returncode == 0, out.stderr
+    assert "general.architecture = \"llama\"" in out.stdout
+    assert "272 tensors" in out.stdout
+    row = next(line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["blk.0.attn_q.weight"])
+    assert row == ["blk.0.attn_q.weight", "Q4_1", "576x576", "207,360"]
+
+
+def test_bench_reports_speeds_with_progress() -> None:
+    out = run("bench", "-p", "16", "-n", "4", "-r", "1")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["prefill", "decode"]
+    assert all(float(line.split()[1]) > 0 for line in lines)
+    assert "100%" in out.stderr and "5/5" in out.stderr
+
+
+def test_download_prints_the_cached_path(model_path: Path) -> None:
+    out = run("download")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"{model_path}\n"
+
+
+def test_download_into_an_empty_cache_shows_progress(tmp_path: Path, model_path: Path) -> None:
+    out = run("download", env={"REPROLM_CACHE": str(tmp_path)}, timeout=600)
+    assert out.returncode == 0, out.stderr
+    fetched = tmp_path / model_path.name
+    assert out.stdout == f"{fetched}\n"
+    assert fetched.stat().st_size == model_path.stat().st_size
+    assert "verifying [" in out.stderr and "100%" in out.stderr
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "inspect", "bench"])
+def test_bad_model_path_is_one_clear_line(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "missing.gguf"
+    args = [command, "hi"] if command == "generate" else [command]
+    out = run(*args, "--model", str(missing))
+    assert out.returncode == 1
+    assert out.stderr == f"reprolm: error: no such file: {missing}\n"
+    assert out.stdout == ""
+
+
+def test_bad_file_and_bad_settings(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all")
+    out = run("inspect", "-m", str(junk))
+    assert out.returncode == 1 and out.stderr.startswith("reprolm: error: invalid GGUF file")
+    assert len(out.stderr.splitlines()) == 1
+    out = run("generate", "hi", "--threads", "0")
+    assert out.returncode == 1 and "threads" in out.stderr and len(out.stderr.splitlines()) == 1
+    out = run("generate", "hi", "--temperature", "-1")
+    assert out.returncode == 1 and "temperature" in out.stderr and len(out.stderr.splitlines()) == 1

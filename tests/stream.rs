@@ -1,0 +1,87 @@
+//! The streaming [`Generator`] on the real model: the same ids as `decode::generate`, step texts
+//! that join to the decoded text, stop strings cut across token boundaries, and chat templates.
+
+mod common;
+
+use std::sync::Arc;
+
+use reprolm::chat::{ChatTemplate, Message};
+use reprolm::decode::stream::{Finish, Generator, StopConditions};
+use reprolm::decode::{generate, FinishReason};
+use reprolm::engine::{Engine, LoadOptions, Session};
+use reprolm::sampling::{Sampler, SamplerConfig};
+use reprolm::Error;
+
+fn engine() -> Arc<Engine> {
+    Arc::new(Engine::load(common::model_path(), &LoadOptions::default()).expect("model loads"))
+}
+
+fn run(engine: &Arc<Engine>, prompt: &[u32], config: &SamplerConfig, stop: StopConditions) -> (Vec<u32>, Vec<String>, Finish) {
+    let vocab = engine.config().vocab_size;
+    let session = Session::new(Arc::clone(engine), 512).unwrap();
+    let mut generator = Generator::new(session, prompt, Sampler::new(config.clone(), vocab).unwrap(), stop).unwrap();
+    let mut texts = Vec::new();
+    let mut ids = Vec::new();
+    while let Some(step) = generator.next_step().unwrap() {
+        ids.push(step.selection.token);
+        texts.push(step.text);
+        assert_eq!(step.finish, generator.finish());
+    }
+    assert_eq!(ids, generator.generated());
+    (ids, texts, generator.finish().unwrap())
+}
+
+#[test]
+fn generator_matches_generate_and_decode() {
+    let engine = engine();
+    let vocab = engine.config().vocab_size;
+    let japanese = engine.tokenizer.encode("<|im_start|>user\n日本語で挨拶してください。<|im_end|>\n<|im_start|>assistant\n", true).unwrap();
+    for config in [SamplerConfig::greedy(), SamplerConfig { temperature: 0.9, seed: 5, ..SamplerConfig::default() }] {
+        let stop = StopConditions { max_tokens: 16, ..StopConditions::default() };
+        let (ids, texts, finish) = run(&engine, &japanese, &config, stop);
+        let mut session = Session::new(Arc::clone(&engine), 512).unwrap();
+        let reference = generate(&mut session, &japanese, &mut Sampler::new(config.clone(), vocab).unwrap(), 16, &[]).unwrap();
+        assert_eq!(ids, reference.ids);
+        assert_eq!(reference.finish_reason, FinishReason::Length);
+        assert_eq!(finish, Finish::Length);
+        assert_eq!(texts.concat(), engine.tokenizer.decode(&ids).unwrap());
+        assert!(texts.iter().any(String::is_empty), "no character was split across tokens");
+    }
+}
+
+#[test]
+fn stop_strings_and_errors() {
+    let engine = engine();
+    let g = &common::generations()[0]; // " Paris.\n\nThe answer is: ..."
+    let greedy = SamplerConfig::greedy();
+    let stop = |s: &[&str]| StopConditions {
+        max_tokens: 30,
+        stop_strings: s.iter().map(|s| s.to_string()).collect(),
+        ..StopConditions::default()
+    };
+    let (ids, texts, finish) = run(&engine, &g.prompt_ids, &greedy, stop(&["s.\n\nTh"]));
+    assert_eq!((texts.concat().as_str(), finish), (" Pari", Finish::StopString(0)));
+    assert_eq!(ids, g.greedy_ids[..5]);
+    assert_eq!(texts, [" Pari", "", "", "", ""]);
+
+    let vocab = engine.config().vocab_size;
+    let new = |prompt: &[u32], stop: StopConditions| {
+        let session = Session::new(Arc::clone(&engine), 64).unwrap();
+        Generator::new(session, prompt, Sampler::new(greedy.clone(), vocab).unwrap(), stop).err()
+    };
+    assert!(matches!(new(&[], stop(&[])), Some(Error::EmptyPrompt)));
+    assert!(matches!(new(&[1], stop(&[""])), Some(Error::InvalidArgument { .. })));
+    assert!(matches!(new(&[1; 40], stop(&[])), Some(Error::ContextOverflow { requested: 70, allowed: 64 })));
+    let bad_stop = StopConditions { stop_token_ids: vec![vocab as u32], ..stop(&[]) };
+    assert!(matches!(new(&[1], bad_stop), Some(Error::InvalidArgument { .. })));
+}
+
+#[test]
+fn chat_template_from_the_file_reproduces_the_reference_prompt() {
+    let engine = engine();
+    let g = &common::generations()[2];
+    let template = ChatTemplate::for_engine(&engine, None).unwrap();
+    let text = template.render(&[Message::new("user", "What is the boiling point of water?")], true).unwrap();
+    assert_eq!(text, g.prompt);
+    assert_eq!(engine.tokenizer.encode(&text, true).unwrap(), g.prompt_ids);
+}
