@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 from . import sampling
+from ._callable import CallableModel
 from ._core import ModelConfig, __version__
+from ._decoding import Beam, StepInfo
 from ._download import cache_dir, default_model_path
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
 from ._model import Completion, FinishReason, Model, Prompt, Session
@@ -33,6 +35,9 @@ __all__ = [
     "Model",
     "Session",
     "Completion",
+    "StepInfo",
+    "Beam",
+    "CallableModel",
     "FinishReason",
     "Prompt",
     "ModelConfig",

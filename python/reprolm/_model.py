@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from ._decoding import Beam, StepInfo, _alternatives_count
 from ._download import default_model_path
 from .sampling import Sampler
 
@@ -32,6 +34,9 @@ class Completion:
     """``"eos"`` (end-of-sequence token), ``"stop"`` (a stop token), or ``"length"`` (max_tokens)."""
     prompt_token_ids: list[int] = field(repr=False, default_factory=list)
     """The prompt as token ids."""
+    steps: list[StepInfo] = field(repr=False, default_factory=list)
+    """Per-step statistics, one per generated token, when requested with ``logprobs=N``
+    (else empty)."""
 
 
 class Model:
@@ -116,20 +121,52 @@ class Model:
         sampler: Optional[Sampler] = None,
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs: Optional[int] = None,
     ) -> Completion:
         """Generates a continuation of ``prompt`` (text, or token ids).
 
         Decoding is greedy unless a :class:`Sampler` is given. Generation stops at the
         model's end-of-sequence token, at a token of ``stop_token_ids``, or after
         ``max_tokens`` tokens. With ``special=True`` (the default) special-token strings in
-        a text prompt are parsed as special tokens.
+        a text prompt are parsed as special tokens. With ``logprobs=N`` (N >= 0) the
+        completion's ``steps`` report, for every token, its log-probability, the entropy and
+        removed mass of the distribution it was drawn from, and the N most probable
+        alternatives (see :class:`StepInfo`).
         """
         ids = self._prompt_ids(prompt, special)
-        out_ids, reason = self._engine.generate(
-            ids, max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core,
-            stop_token_ids=list(stop_token_ids),
+        sampler = sampler or Sampler.greedy()
+        alternatives = _alternatives_count(logprobs)
+        if alternatives is not None:
+            sampler = dataclasses.replace(sampler, top_logprobs=alternatives)
+        out_ids, reason, steps = _core.engine_generate(
+            self._engine, ids, max_tokens=max_tokens, sampler=sampler._core,
+            stop_token_ids=list(stop_token_ids), steps=alternatives is not None,
         )
-        return Completion(self.detokenize(out_ids), out_ids, reason, ids)
+        return Completion(self.detokenize(out_ids), out_ids, reason, ids, [StepInfo._from_core(s) for s in steps])
+
+    def beam_search(
+        self,
+        prompt: Prompt,
+        *,
+        beam_width: int,
+        max_tokens: int,
+        length_penalty: float = 0.0,
+        special: bool = True,
+    ) -> list[Beam]:
+        """Beam search (definition 3.2) of width ``beam_width`` over at most ``max_tokens``
+        tokens: up to ``beam_width`` hypotheses ranked by score, best first.
+
+        Scores are log-probabilities at temperature 1 divided by ``len ** length_penalty``.
+        Ties between candidates go to the lexicographically smaller token sequence; a
+        hypothesis ending with the end-of-sequence token is set aside as finished if it ranks
+        among the first ``beam_width`` candidates, as in transformers. Width 1 is greedy
+        decoding.
+        """
+        ids = self._prompt_ids(prompt, special)
+        beams = _core.engine_beam_search(
+            self._engine, ids, beam_width=beam_width, max_tokens=max_tokens, length_penalty=float(length_penalty)
+        )
+        return [Beam._from_core(b, self.detokenize) for b in beams]
 
 
 class Session:

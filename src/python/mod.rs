@@ -1,6 +1,7 @@
 //! PyO3 bindings: the `reprolm._core` extension module. Thin wrappers only: arguments are
 //! extracted, the GIL is released, and the Rust API does the work.
 
+mod decoding;
 mod errors;
 mod sampling;
 
@@ -275,6 +276,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModelConfig>()?;
     m.add_class::<PySession>()?;
     sampling::register(m)?;
+    decoding::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
