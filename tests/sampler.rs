@@ -332,7 +332,7 @@ fn every_invalid_setting_is_rejected_by_name() {
         (SamplerConfig { presence_penalty: f64::NAN, ..d() }, "presence_penalty"),
         (SamplerConfig { frequency_penalty: f64::NEG_INFINITY, ..d() }, "frequency_penalty"),
         (SamplerConfig { logit_bias: vec![(10, 1.0)], ..d() }, "logit_bias"),
-        (SamplerConfig { logit_bias: vec![(1, f32::NAN)], ..d() }, "logit_bias"),
+        (SamplerConfig { logit_bias: vec![(1, f64::NAN)], ..d() }, "logit_bias"),
         (SamplerConfig { logit_bias: vec![(1, 1.0), (1, 2.0)], ..d() }, "logit_bias"),
         (SamplerConfig { allowed_token_ids: Some(vec![3, 10]), ..d() }, "allowed_token_ids"),
         (SamplerConfig { allowed_token_ids: Some(vec![]), ..d() }, "allowed_token_ids"),

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 from . import sampling
+from ._callable import CallableModel
 from ._core import ModelConfig, __version__
+from ._decoding import Beam, StepInfo
 from ._download import cache_dir, default_model_path
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
 from ._model import Chunk, Completion, FinishReason, Message, Model, Prompt, Session
@@ -41,6 +43,9 @@ __all__ = [
     "Completion",
     "Chunk",
     "Message",
+    "StepInfo",
+    "Beam",
+    "CallableModel",
     "FinishReason",
     "Prompt",
     "ModelConfig",

@@ -2,7 +2,7 @@
 
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal, Optional, final
+from typing import Any, Callable, Literal, Optional, final
 
 import numpy as np
 import numpy.typing as npt
@@ -84,6 +84,52 @@ class SamplerConfig:
     def distribution(
         self, logits: npt.NDArray[np.float32], history: list[int], n_prompt: int
     ) -> npt.NDArray[np.float64]: ...
+    def sample(
+        self, logits: npt.NDArray[np.float32], history: list[int], n_prompt: int, step: int
+    ) -> _StepTuple: ...
+
+# (token id, ln q(token), entropy of q, removed mass, [(id, ln q(id))] alternatives)
+_StepTuple = tuple[int, float, float, float, list[tuple[int, float]]]
+# (ids, finish reason, per-step statistics or [])
+_GenerationTuple = tuple[list[int], Literal["eos", "length", "stop"], list[_StepTuple]]
+# (ids, log-probability, score, finished)
+_BeamTuple = tuple[list[int], float, float, bool]
+
+class CallableModel:
+    def __new__(
+        cls, function: Callable[[list[int]], npt.ArrayLike], vocab_size: int, eos_id: Optional[int] = None
+    ) -> CallableModel: ...
+    @property
+    def function(self) -> Callable[[list[int]], npt.ArrayLike]: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def eos_id(self) -> Optional[int]: ...
+    def generate(
+        self,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        sampler: SamplerConfig,
+        stop_token_ids: list[int],
+        steps: bool,
+    ) -> _GenerationTuple: ...
+    def beam_search(
+        self, prompt_ids: list[int], *, beam_width: int, max_tokens: int, length_penalty: float
+    ) -> list[_BeamTuple]: ...
+
+def engine_generate(
+    engine: Engine,
+    ids: list[int],
+    *,
+    max_tokens: int,
+    sampler: SamplerConfig,
+    stop_token_ids: list[int],
+    steps: bool,
+) -> _GenerationTuple: ...
+def engine_beam_search(
+    engine: Engine, ids: list[int], *, beam_width: int, max_tokens: int, length_penalty: float
+) -> list[_BeamTuple]: ...
 
 @final
 class Engine:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from ._decoding import Beam, StepInfo, _alternatives_count
 from ._download import default_model_path
+from .errors import InvalidArgumentError
 from .sampling import Sampler
 
 __all__ = ["Model", "Session", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype", "OverflowPolicy"]
@@ -43,6 +46,9 @@ class Completion:
     logprobs: list[float] = field(repr=False, default_factory=list)
     """ln q(token) for each generated id under the sampler's final distribution q (0.0 when
     decoding greedily, where q is a point mass)."""
+    steps: list[StepInfo] = field(repr=False, default_factory=list)
+    """Per-step statistics, one per generated token, when requested with ``logprobs=N``
+    (else empty)."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,7 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs: Optional[int] = None,
     ) -> list[Completion]: ...
 
     def generate(
@@ -205,6 +212,7 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs: Optional[int] = None,
     ) -> Union[Completion, list[Completion]]:
         """Generates a continuation of ``prompt`` (text, or token ids), or of each prompt of a
         list of prompts (returning a list of completions, each the same as generating that
@@ -218,7 +226,24 @@ class Model:
 
         The GIL is released while each token is computed; Ctrl-C (KeyboardInterrupt) stops
         generation within one token and leaves the model usable.
+
+        With ``logprobs=N`` (N >= 0) the completion's ``steps`` report, for every token, its
+        log-probability, the entropy and removed mass of the distribution it was drawn from,
+        and the N most probable alternatives (see :class:`StepInfo`); this is available for
+        single prompts without ``stop`` strings.
         """
+        alternatives = _alternatives_count(logprobs)
+        if alternatives is not None:
+            if _is_batch(prompt) or _stop_list(stop):
+                raise InvalidArgumentError("logprobs: only for a single prompt without stop strings")
+            ids = self._prompt_ids(cast(Prompt, prompt), special)
+            step_sampler = dataclasses.replace(sampler or Sampler.greedy(), top_logprobs=alternatives)
+            out_ids, reason, steps = _core.engine_generate(
+                self._engine, ids, max_tokens=max_tokens, sampler=step_sampler._core,
+                stop_token_ids=list(stop_token_ids), steps=True,
+            )
+            infos = [StepInfo._from_core(s) for s in steps]
+            return Completion(self.detokenize(out_ids), out_ids, reason, ids, [i.logprob for i in infos], infos)
         if _is_batch(prompt):
             prompts = [self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)]
             return self._generate(prompts, max_tokens, sampler, stop, stop_token_ids, False)
@@ -241,6 +266,30 @@ class Model:
         )
         return [Completion(text, ids, reason, prompt, logprobs)
                 for prompt, (ids, text, reason, logprobs) in zip(prompts, results)]
+
+    def beam_search(
+        self,
+        prompt: Prompt,
+        *,
+        beam_width: int,
+        max_tokens: int,
+        length_penalty: float = 0.0,
+        special: bool = True,
+    ) -> list[Beam]:
+        """Beam search (definition 3.2) of width ``beam_width`` over at most ``max_tokens``
+        tokens: up to ``beam_width`` hypotheses ranked by score, best first.
+
+        Scores are log-probabilities at temperature 1 divided by ``len ** length_penalty``.
+        Ties between candidates go to the lexicographically smaller token sequence; a
+        hypothesis ending with the end-of-sequence token is set aside as finished if it ranks
+        among the first ``beam_width`` candidates, as in transformers. Width 1 is greedy
+        decoding.
+        """
+        ids = self._prompt_ids(prompt, special)
+        beams = _core.engine_beam_search(
+            self._engine, ids, beam_width=beam_width, max_tokens=max_tokens, length_penalty=float(length_penalty)
+        )
+        return [Beam._from_core(b, self.detokenize) for b in beams]
 
     def stream(
         self,

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from ._decoding import StepInfo
 
 __all__ = [
     "Sampler",
@@ -58,7 +59,7 @@ class Sampler:
     frequency_penalty: float = 0.0
     """OpenAI semantics: subtracted per occurrence of every token generated so far."""
     logit_bias: Mapping[int, float] = field(default_factory=dict)
-    """Added to the given tokens' logits."""
+    """Added to the given tokens' logits (in float64)."""
     allowed_token_ids: Optional[Sequence[int]] = None
     """Restrict the choice to these tokens (the conditional distribution, proposition 5.2)."""
     banned_token_ids: Sequence[int] = ()
@@ -66,7 +67,8 @@ class Sampler:
     seed: int = 0
     """Step t draws uniform(seed, t); no global random state."""
     top_logprobs: int = 0
-    """How many most probable alternatives to report per step."""
+    """How many most probable alternatives :meth:`sample` reports (``generate(logprobs=N)``
+    sets it to N); does not change what is sampled."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_config", self._make_config())
@@ -109,6 +111,26 @@ class Sampler:
         z = np.ascontiguousarray(logits, dtype=np.float32)
         hist = [int(i) for i in history]
         return self._core.distribution(z, hist, len(hist) if n_prompt is None else n_prompt)
+
+    def sample(
+        self,
+        logits: npt.ArrayLike,
+        history: Sequence[int] = (),
+        n_prompt: Optional[int] = None,
+        *,
+        step: int = 0,
+    ) -> StepInfo:
+        """The token that decoding step ``step`` chooses for these logits (one draw
+        ``uniform(seed, step)`` from :meth:`distribution`), with the statistics of q.
+
+        This is one step of generation: a generation with this sampler picks token t with
+        ``sample(logits_t, prompt + generated[:t], len(prompt), step=t)``. Arguments as for
+        :meth:`distribution`.
+        """
+        z = np.ascontiguousarray(logits, dtype=np.float32)
+        hist = [int(i) for i in history]
+        n = len(hist) if n_prompt is None else n_prompt
+        return StepInfo._from_core(self._core.sample(z, hist, n, int(step)))
 
 
 def _f64(p: npt.ArrayLike) -> npt.NDArray[np.float64]:

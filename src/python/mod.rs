@@ -2,6 +2,7 @@
 //! extracted, the GIL is released, and the Rust API does the work.
 
 mod chat;
+mod decoding;
 mod errors;
 mod quantize;
 mod sampling;
@@ -233,6 +234,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     stream::register(m)?;
     chat::register(m)?;
     quantize::register(m)?;
+    decoding::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -4,7 +4,37 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
-use crate::sampling::{self, SamplerConfig};
+use crate::error::{Error, Result};
+use crate::sampling::{self, SamplerConfig, Selection};
+
+/// One selection as Python sees it: (token id, ln q(token), H(q), removed mass,
+/// [(id, ln q(id))] of the most probable alternatives).
+pub type StepTuple = (u32, f64, f64, f64, Vec<(u32, f64)>);
+
+/// The statistics of one step as a [`StepTuple`].
+pub fn step_tuple(selection: Selection) -> StepTuple {
+    (selection.token, selection.logprob, selection.entropy, selection.removed_mass, selection.alternatives)
+}
+
+/// Python ints as token ids of a vocabulary of `vocab_size`; negative or too large ids raise
+/// `TokenOutOfRangeError`.
+pub fn ids_in_vocab(ids: Vec<i64>, vocab_size: usize) -> Result<Vec<u32>> {
+    ids.into_iter()
+        .map(|id| {
+            u32::try_from(id).ok().filter(|&v| (v as usize) < vocab_size).ok_or(Error::TokenOutOfRange { id, vocab_size })
+        })
+        .collect()
+}
+
+/// A Python int as a 64-bit generator input (seed or step); the error names it.
+pub fn counter(name: &str, value: i128) -> Result<u64> {
+    u64::try_from(value).map_err(|_| Error::invalid_argument(name, format!("must be in 0..2^64, got {value}")))
+}
+
+/// A Python int as a count (>= 0); the error names the setting.
+pub fn count(name: &str, value: i64) -> Result<usize> {
+    usize::try_from(value).map_err(|_| Error::invalid_argument(name, format!("must be >= 0, got {value}")))
+}
 
 /// Validated sampler settings (see `reprolm.Sampler`).
 #[pyclass(frozen, name = "SamplerConfig", module = "reprolm._core")]
@@ -28,15 +58,12 @@ impl PySamplerConfig {
         penalty_window: Option<i64>,
         presence_penalty: f64,
         frequency_penalty: f64,
-        logit_bias: Vec<(i64, f32)>,
+        logit_bias: Vec<(i64, f64)>,
         allowed_token_ids: Option<Vec<i64>>,
         banned_token_ids: Vec<i64>,
-        seed: u64,
+        seed: i128,
         top_logprobs: i64,
     ) -> PyResult<Self> {
-        let count = |name: &str, v: i64| {
-            usize::try_from(v).map_err(|_| crate::Error::invalid_argument(name, format!("must be >= 0, got {v}")))
-        };
         let id = |name: &str, v: i64| {
             u32::try_from(v).map_err(|_| crate::Error::invalid_argument(name, format!("token id {v} is out of range")))
         };
@@ -53,11 +80,11 @@ impl PySamplerConfig {
             logit_bias: logit_bias
                 .into_iter()
                 .map(|(t, b)| Ok((id("logit_bias", t)?, b)))
-                .collect::<Result<Vec<_>, crate::Error>>()
+                .collect::<Result<Vec<_>>>()
                 .py()?,
             allowed_token_ids: allowed_token_ids.map(|v| ids("allowed_token_ids", v)).transpose().py()?,
             banned_token_ids: ids("banned_token_ids", banned_token_ids).py()?,
-            seed,
+            seed: counter("seed", seed).py()?,
             top_logprobs: count("top_logprobs", top_logprobs).py()?,
         };
         // Ids are checked against the model's vocabulary when the sampler is used. Here the
@@ -81,13 +108,33 @@ impl PySamplerConfig {
         &self,
         py: Python<'py>,
         logits: PyReadonlyArray1<'py, f32>,
-        history: Vec<u32>,
-        n_prompt: usize,
+        history: Vec<i64>,
+        n_prompt: i64,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let logits = logits.as_slice()?;
+        let history = ids_in_vocab(history, logits.len()).py()?;
+        let n_prompt = count("n_prompt", n_prompt).py()?;
         let mut sampler = sampling::Sampler::new(self.config.clone(), logits.len()).py()?;
         let q = sampler.distribution(logits, &history, n_prompt).py()?;
         Ok(PyArray1::from_vec(py, q))
+    }
+
+    /// One selection: the token decoding step `step` chooses after `history` (the first
+    /// `n_prompt` ids are the prompt) given `logits`, with the statistics of q. The same code
+    /// as a step of generation.
+    fn sample(
+        &self,
+        logits: PyReadonlyArray1<'_, f32>,
+        history: Vec<i64>,
+        n_prompt: i64,
+        step: i128,
+    ) -> PyResult<StepTuple> {
+        let step = counter("step", step).py()?;
+        let logits = logits.as_slice()?;
+        let history = ids_in_vocab(history, logits.len()).py()?;
+        let n_prompt = count("n_prompt", n_prompt).py()?;
+        let mut sampler = sampling::Sampler::new(self.config.clone(), logits.len()).py()?;
+        sampler.sample(logits, &history, n_prompt, step).map(step_tuple).py()
     }
 }
 
@@ -127,8 +174,8 @@ fn total_variation(p: PyReadonlyArray1<'_, f64>, q: PyReadonlyArray1<'_, f64>) -
 
 /// The uniform draw of step `step` for `seed` (the documented counter-based generator).
 #[pyfunction]
-fn uniform(seed: u64, step: u64) -> f64 {
-    sampling::rng::uniform(seed, step)
+fn uniform(seed: i128, step: i128) -> PyResult<f64> {
+    Ok(sampling::rng::uniform(counter("seed", seed).py()?, counter("step", step).py()?))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -32,8 +32,8 @@ pub struct SamplerConfig {
     /// Subtracted per occurrence from the logit of every generated token (OpenAI semantics,
     /// generated tokens only); 0 = off.
     pub frequency_penalty: f64,
-    /// Added to the logits of the given tokens; finite values, each id at most once.
-    pub logit_bias: Vec<(u32, f32)>,
+    /// Added (in f64) to the logits of the given tokens; finite values, each id at most once.
+    pub logit_bias: Vec<(u32, f64)>,
     /// When given, only these tokens can be chosen (restriction to a set S, proposition 5.2).
     pub allowed_token_ids: Option<Vec<u32>>,
     /// These tokens are never chosen.

@@ -29,6 +29,55 @@
 //! [`top_k_set`], [`top_p_set`], [`restrict`], [`entropy`], [`total_variation`],
 //! [`log_softmax`]) run the same code as the sampler.
 
+/// Defines a function whose body is compiled three times, for AVX-512, AVX2 and the baseline,
+/// and picks the best the CPU has at run time. For loops over the vocabulary whose every
+/// operation is exact (conversions, comparisons, counts) or element-wise IEEE arithmetic, so
+/// all three give the same results.
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) -> $ret {
+            #[inline(always)]
+            fn portable($($arg: $ty),*) -> $ret $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+                fn avx512($($arg: $ty),*) -> $ret {
+                    portable($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                fn avx2($($arg: $ty),*) -> $ret {
+                    portable($($arg),*)
+                }
+                if crate::sampling::has_avx512() {
+                    // SAFETY: the CPU has the features (checked).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2 (checked).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            portable($($arg),*)
+        }
+    };
+}
+
+/// Whether the CPU has the AVX-512 subsets the sampler's kernels use (checked once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512() -> bool {
+    static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX512.get_or_init(|| {
+        ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx2"].iter().all(|&feature| match feature {
+            "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+            "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
+            "avx512dq" => std::arch::is_x86_feature_detected!("avx512dq"),
+            "avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
+            _ => std::arch::is_x86_feature_detected!("avx2"),
+        })
+    })
+}
+
 mod config;
 mod exact_sum;
 mod processors;

@@ -54,7 +54,7 @@ impl Processors {
             penalty_window: config.penalty_window,
             presence_penalty: config.presence_penalty,
             frequency_penalty: config.frequency_penalty,
-            bias: config.logit_bias.iter().map(|&(id, b)| (id, b as f64)).collect(),
+            bias: config.logit_bias.clone(),
             allowed,
             counts: vec![0; vocab_size],
         }
@@ -125,7 +125,7 @@ mod tests {
             z[id as usize] = v - c as f64 * config.frequency_penalty - config.presence_penalty;
         }
         for &(id, b) in &config.logit_bias {
-            z[id as usize] += b as f64;
+            z[id as usize] += b;
         }
         for (id, v) in z.iter_mut().enumerate() {
             let allowed = config.allowed_token_ids.as_ref().is_none_or(|a| a.contains(&(id as u32)));

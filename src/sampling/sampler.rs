@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::sampling::config::SamplerConfig;
 use crate::sampling::processors::Processors;
 use crate::sampling::rng::uniform;
-use crate::sampling::select::{argmax, inverse_cdf};
+use crate::sampling::select::{argmax, inverse_cdf, inverse_cdf_dense};
 use crate::sampling::softmax::{check_logits, softmax_into, Normalization};
 use crate::sampling::truncation::{restrict_into, Kept, Truncation};
 
@@ -102,14 +102,22 @@ impl Sampler {
             Pipeline::Sampled { kept, normalization } => (kept, normalization),
         };
         let total = kept.normalizer.to_f64();
-        let survivors = self.truncation.survivors(&self.probs, &kept);
-        // H(q) = sum q_i (ln Z + ln p(S) - x_i) with q_i = p_i / p(S), x_i = (z_i - z_max) / tau.
-        let (mass, weighted_logits) = survivors.iter().fold((0.0, 0.0), |(mass, weighted), (id, prob)| {
-            (mass + prob, weighted + prob * (self.logits[id as usize] - normalization.max_logit))
-        });
+        let u = uniform(self.config.seed, step);
+        // H(q) = sum q_i (ln Z + ln p(S) - x_i) with q_i = p_i / p(S), x_i = (z_i - z_max) / tau,
+        // from the sums over S of p_i and of p_i (z_i - z_max).
+        let (mass, weighted_logits, token) = if kept.removed_any {
+            let survivors = self.truncation.survivors(&self.probs, &kept);
+            let (mass, weighted) = survivors.iter().fold((0.0, 0.0), |(mass, weighted), (id, prob)| {
+                (mass + prob, weighted + prob * (self.logits[id as usize] - normalization.max_logit))
+            });
+            (mass, weighted, inverse_cdf(|| survivors.iter(), &kept.normalizer, u))
+        } else {
+            // S is every token of positive probability: whole-vector loops, no membership tests.
+            let (mass, weighted) = moments(&self.probs, &self.logits, normalization.max_logit);
+            (mass, weighted, inverse_cdf_dense(&self.probs, &kept.normalizer, u))
+        };
         let log_scale = normalization.normalizer.ln() + total.ln();
         let entropy = ((mass * log_scale - weighted_logits / self.config.temperature) / total).max(0.0);
-        let token = inverse_cdf(|| survivors.iter(), &kept.normalizer, uniform(self.config.seed, step));
         // Last: listing the alternatives reuses the candidate buffer.
         let alternatives = self.truncation.most_probable(&self.probs, &kept, self.config.top_logprobs, total);
         Ok(Selection {
@@ -139,12 +147,7 @@ impl Sampler {
                 format!("{n_prompt} exceeds the history length {}", history.len()),
             ));
         }
-        let mut any_bad = false;
-        for (slot, &logit) in self.logits.iter_mut().zip(logits) {
-            any_bad |= logit.is_nan() | (logit == f32::INFINITY);
-            *slot = logit as f64;
-        }
-        if any_bad {
+        if widen(logits, &mut self.logits) {
             check_logits(&self.logits, "logits")?;
         }
         self.processors.apply(&mut self.logits, history, n_prompt);
@@ -161,4 +164,34 @@ impl Sampler {
         let kept = self.truncation.apply(&self.probs, 1.0 / normalization.normalizer);
         Ok(Pipeline::Sampled { kept, normalization })
     }
+}
+
+multiversion! {
+/// Converts the f32 logits to f64 (exactly); true if any is NaN or +inf.
+fn widen(logits: &[f32], out: &mut [f64]) -> bool {
+    let mut any_bad = false;
+    for (slot, &logit) in out.iter_mut().zip(logits) {
+        any_bad |= logit.is_nan() | (logit == f32::INFINITY);
+        *slot = logit as f64;
+    }
+    any_bad
+}
+}
+
+multiversion! {
+/// (sum of p_i, sum of p_i (z_i - z_max)) over the tokens with p_i > 0, in 8 interleaved lanes
+/// (a fixed order, so it vectorizes and gives the same bits everywhere).
+fn moments(p: &[f64], z: &[f64], max_logit: f64) -> (f64, f64) {
+    let (mut mass, mut weighted) = ([0.0; 8], [0.0; 8]);
+    for (p, z) in p.chunks(8).zip(z.chunks(8)) {
+        for lane in 0..p.len() {
+            let prob = p[lane];
+            // z is -inf where p is 0: skip those rather than form 0 * -inf.
+            weighted[lane] += if prob > 0.0 { prob * (z[lane] - max_logit) } else { 0.0 };
+            mass[lane] += prob;
+        }
+    }
+    let total = |lanes: [f64; 8]| lanes.iter().fold(0.0, |sum, &x| sum + x);
+    (total(mass), total(weighted))
+}
 }

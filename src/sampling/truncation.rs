@@ -57,6 +57,7 @@ fn keep_best(keys: &mut Vec<u128>, k: usize) {
     }
 }
 
+multiversion! {
 /// Rank keys of the tokens with `p_i >= floor` and `p_i > 0`, limited to the `top_k` best
 /// when `top_k > 0`: the first min(top_k, |{p_i >= floor}|) tokens of the ranking, unordered.
 /// Returns the number of tokens with p_i > 0.
@@ -88,6 +89,7 @@ fn gather(p: &[f64], floor: f64, top_k: usize, keys: &mut Vec<u128>) -> usize {
         keep_best(keys, top_k);
     }
     positive
+}
 }
 
 /// The top-p prefix length k(rho) within `keys` (a prefix of the ranking, in any order) and its
