@@ -80,7 +80,8 @@ class CallableModel:
             ids, max_tokens=max_tokens, sampler=sampler._core, stop_token_ids=_ids(stop_token_ids),
             steps=alternatives is not None,
         )
-        return Completion("", out_ids, reason, ids, [StepInfo._from_core(s) for s in steps])
+        infos = [StepInfo._from_core(s) for s in steps]
+        return Completion("", out_ids, reason, ids, [i.logprob for i in infos], infos)
 
     def beam_search(
         self,

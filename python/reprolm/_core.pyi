@@ -28,6 +28,9 @@ __all__ = [
     "quantize",
     "convert",
     "quantize_row",
+    "CallableModel",
+    "engine_beam_search",
+    "engine_generate",
     "__version__",
 ]
 
@@ -95,6 +98,7 @@ _GenerationTuple = tuple[list[int], Literal["eos", "length", "stop"], list[_Step
 # (ids, log-probability, score, finished)
 _BeamTuple = tuple[list[int], float, float, bool]
 
+@final
 class CallableModel:
     def __new__(
         cls, function: Callable[[list[int]], npt.ArrayLike], vocab_size: int, eos_id: Optional[int] = None

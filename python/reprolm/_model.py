@@ -188,6 +188,7 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs: Optional[int] = None,
     ) -> Completion: ...
 
     @overload
