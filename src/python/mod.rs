@@ -15,9 +15,8 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::decode::{self, FinishReason};
-use crate::engine::{Engine, LoadOptions, Session};
-use crate::sampling::Sampler;
+use crate::decode::FinishReason;
+use crate::engine::{Engine, LoadOptions};
 use crate::error::Error;
 use crate::gguf::GgufFile;
 use crate::tensor::{dequantize_row, GgmlType};
@@ -151,40 +150,6 @@ impl PyEngine {
         }
         let logits = py.detach(|| self.engine.logits(&ids)).py()?;
         PyArray1::from_vec(py, logits).reshape([ids.len(), self.engine.config().vocab_size])
-    }
-
-    /// Decodes from `ids` with `sampler`: (generated ids, finish reason).
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids))]
-    fn generate(
-        &self,
-        py: Python<'_>,
-        ids: Vec<i64>,
-        max_tokens: i64,
-        sampler: &sampling::PySamplerConfig,
-        stop_token_ids: Vec<i64>,
-    ) -> PyResult<(Vec<u32>, &'static str)> {
-        let ids = token_ids(&self.engine, ids)?;
-        let stop = token_ids(&self.engine, stop_token_ids)?;
-        let max_tokens = usize::try_from(max_tokens)
-            .map_err(|_| Error::invalid_argument("max_tokens", format!("must be >= 0, got {max_tokens}")))
-            .py()?;
-        let config = self.engine.config();
-        if ids.is_empty() {
-            return Err(Error::EmptyPrompt).py();
-        }
-        let needed = ids.len() + max_tokens;
-        if needed > config.context_length {
-            return Err(Error::ContextOverflow { requested: needed, allowed: config.context_length }).py();
-        }
-        let mut sampler = Sampler::new(sampler.config.clone(), config.vocab_size).py()?;
-        let engine = Arc::clone(&self.engine);
-        let generation = py
-            .detach(|| {
-                let mut session = Session::new(engine, needed)?;
-                decode::generate(&mut session, &ids, &mut sampler, max_tokens, &stop)
-            })
-            .py()?;
-        Ok((generation.ids, finish_reason_name(generation.finish_reason)))
     }
 }
 
