@@ -164,7 +164,8 @@ class Model:
         sequence outgrows the cache: ``"error"`` raises :class:`ContextOverflowError` before
         any work; ``"sliding_window"`` keeps attending to the first ``n_keep`` positions
         (attention sinks) and to the most recent ones that fit, as a rolling buffer with
-        absolute positions and no recomputation.
+        absolute positions and no recomputation. (Once such a window is full, a forward pass
+        writes every key before any query reads, so longer inputs run one token per pass.)
         """
         core = _core.Session(
             self._engine, context_length=context_length, kv_dtype=kv_dtype, overflow=overflow, n_keep=n_keep
