@@ -265,13 +265,19 @@ impl Session {
         max_tokens: usize,
         stop_token_ids: &[u32],
     ) -> Result<Generation> {
-        if self.cache.overflow() == Overflow::Error {
-            let requested = prompt.len().saturating_add(max_tokens);
-            if requested > self.capacity() {
-                return Err(Error::ContextOverflow { requested, allowed: self.capacity() });
-            }
-        }
+        self.check_generation(prompt.len(), max_tokens)?;
         decode::generate(self, prompt, sampler, max_tokens, stop_token_ids)
+    }
+
+    /// Whether a generation of up to `max_tokens` after a prompt of `prompt_len` tokens may
+    /// start: with the `Error` policy, `prompt_len + max_tokens` must fit the cache
+    /// ([`Error::ContextOverflow`] otherwise); a sliding window always may.
+    pub fn check_generation(&self, prompt_len: usize, max_tokens: usize) -> Result<()> {
+        let requested = prompt_len.saturating_add(max_tokens);
+        if self.cache.overflow() == Overflow::Error && requested > self.capacity() {
+            return Err(Error::ContextOverflow { requested, allowed: self.capacity() });
+        }
+        Ok(())
     }
 }
 

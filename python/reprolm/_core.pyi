@@ -182,8 +182,15 @@ class Session:
     def feed(self, ids: list[int]) -> npt.NDArray[np.float32]: ...
     def truncate(self, n: int) -> None: ...
     def generate(
-        self, ids: list[int], *, max_tokens: int, sampler: SamplerConfig, stop_token_ids: list[int]
-    ) -> tuple[list[int], str]: ...
+        self,
+        ids: list[int],
+        *,
+        max_tokens: int,
+        sampler: SamplerConfig,
+        stop_token_ids: list[int],
+        stop: list[str],
+        steps: bool = False,
+    ) -> tuple[list[int], str, Literal["eos", "length", "stop"], list[float], list[_StepTuple]]: ...
 
 @final
 class Stream:

@@ -468,20 +468,34 @@ class Session:
         *,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs: Optional[int] = None,
     ) -> Completion:
-        """Like :meth:`Model.generate`, on this session's cache: ``prompt`` is the whole
-        context; the prefix it shares with :attr:`tokens` is reused and only the rest is
-        computed. Afterwards :attr:`tokens` holds the prompt and the generated ids (but the
-        last, which was never fed). With ``overflow="error"``, ``len(prompt) + max_tokens``
-        must fit in :attr:`context_length` (checked before any work)."""
+        """:meth:`Model.generate` for one prompt, on this session's cache: ``prompt`` is the
+        whole context; the prefix it shares with :attr:`tokens` is reused and only the rest is
+        computed (the result is the same bits as a fresh generation). Afterwards
+        :attr:`tokens` holds the prompt and the generated ids (but the last, which was never
+        fed). With ``overflow="error"``, ``len(prompt) + max_tokens`` must fit in
+        :attr:`context_length` (checked before any work); a sliding window generates past it.
+
+        The options are :meth:`Model.generate`'s; Ctrl-C stops generation within one token
+        and leaves the session usable (holding what was computed)."""
+        alternatives = _alternatives_count(logprobs)
+        stops = _stop_list(stop)
+        if alternatives is not None and stops:
+            raise InvalidArgumentError("logprobs: only for a single prompt without stop strings")
         ids = self._model._prompt_ids(prompt, special)
-        out_ids, reason = self._core.generate(
-            ids, max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core,
-            stop_token_ids=list(stop_token_ids),
+        step_sampler = sampler or Sampler.greedy()
+        if alternatives is not None:
+            step_sampler = dataclasses.replace(step_sampler, top_logprobs=alternatives)
+        out_ids, text, reason, lps, steps = self._core.generate(
+            ids, max_tokens=max_tokens, sampler=step_sampler._core, stop_token_ids=list(stop_token_ids),
+            stop=stops, steps=alternatives is not None,
         )
-        return Completion(self._model.detokenize(out_ids), out_ids, reason, ids)  # type: ignore[arg-type]
+        infos = [StepInfo._from_core(s) for s in steps]
+        return Completion(text, out_ids, reason, ids, lps, infos)
 
     def __repr__(self) -> str:
         return (f"Session(tokens={len(self.tokens)}, context_length={self.context_length}, "

@@ -100,11 +100,28 @@ impl Generator {
     /// [`Error::EmptyPrompt`], [`Error::TokenOutOfRange`] for a prompt id outside the
     /// vocabulary, [`Error::InvalidArgument`] for a sampler built for another vocabulary, a stop
     /// token outside the vocabulary or an empty stop string, and [`Error::ContextOverflow`] if
-    /// the prompt and `max_tokens` do not fit in the session.
+    /// the prompt and `max_tokens` do not fit in a session whose cache refuses to overflow
+    /// (a sliding-window session generates past its capacity).
     pub fn new(session: Session, prompt: &[u32], sampler: Sampler, stop: StopConditions) -> Result<Generator> {
-        check_prompt(&session, prompt)?;
-        let engine = Arc::clone(session.engine());
-        let vocab_size = engine.config().vocab_size;
+        Generator::try_new(session, prompt, sampler, stop).map_err(|b| b.0)
+    }
+
+    /// [`Generator::new`], giving the session back with the error.
+    pub fn try_new(
+        session: Session,
+        prompt: &[u32],
+        sampler: Sampler,
+        stop: StopConditions,
+    ) -> std::result::Result<Generator, Box<(Error, Session)>> {
+        match Generator::check(&session, prompt, &sampler, &stop) {
+            Ok(()) => Ok(Generator::unchecked(session, prompt, sampler, stop)),
+            Err(e) => Err(Box::new((e, session))),
+        }
+    }
+
+    fn check(session: &Session, prompt: &[u32], sampler: &Sampler, stop: &StopConditions) -> Result<()> {
+        check_prompt(session, prompt)?;
+        let vocab_size = session.engine().config().vocab_size;
         if sampler.vocab_size() != vocab_size {
             return Err(Error::invalid_argument(
                 "sampler",
@@ -117,12 +134,13 @@ impl Generator {
         if stop.stop_strings.iter().any(String::is_empty) {
             return Err(Error::invalid_argument("stop", "stop strings must not be empty"));
         }
-        let needed = prompt.len().saturating_add(stop.max_tokens);
-        if needed > session.capacity() {
-            return Err(Error::ContextOverflow { requested: needed, allowed: session.capacity() });
-        }
+        session.check_generation(prompt.len(), stop.max_tokens)
+    }
+
+    fn unchecked(session: Session, prompt: &[u32], sampler: Sampler, stop: StopConditions) -> Generator {
+        let engine = Arc::clone(session.engine());
         let finish = (stop.max_tokens == 0).then_some(Finish::Length);
-        Ok(Generator {
+        Generator {
             engine,
             session,
             sampler,
@@ -133,7 +151,7 @@ impl Generator {
             decoder: StreamDecoder::new(),
             finish,
             failed: false,
-        })
+        }
     }
 
     /// Generates the next token, or returns `None` once generation has finished (or a step

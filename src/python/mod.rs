@@ -15,7 +15,6 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::decode::FinishReason;
 use crate::engine::{Engine, LoadOptions};
 use crate::error::Error;
 use crate::gguf::GgufFile;
@@ -150,15 +149,6 @@ impl PyEngine {
         }
         let logits = py.detach(|| self.engine.logits(&ids)).py()?;
         PyArray1::from_vec(py, logits).reshape([ids.len(), self.engine.config().vocab_size])
-    }
-}
-
-/// The Python spelling of a finish reason.
-pub(crate) fn finish_reason_name(reason: FinishReason) -> &'static str {
-    match reason {
-        FinishReason::Eos => "eos",
-        FinishReason::StopToken => "stop",
-        FinishReason::Length => "length",
     }
 }
 

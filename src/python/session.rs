@@ -3,26 +3,66 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use numpy::PyArray1;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
-use super::sampling::PySamplerConfig;
-use super::{finish_reason_name, token_ids, PyEngine};
+use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
+use super::{token_ids, PyEngine};
+use crate::decode::stream::{Generator, StopConditions};
 use crate::engine::{Session, SessionOptions};
 use crate::error::Error;
 use crate::model::{KvDtype, Overflow};
 use crate::sampling::Sampler;
 
+/// A finished generation: (ids, text, finish reason, ln q per id, per-step statistics or []).
+type Generated = (Vec<u32>, String, &'static str, Vec<f64>, Vec<StepTuple>);
+
 /// One sequence with its KV cache.
 #[pyclass(frozen, name = "Session", module = "reprolm._core")]
 pub struct PySession {
-    session: Mutex<Session>,
+    /// `None` while `generate` runs: the generator owns the session between tokens, with the
+    /// lock released (so that the GIL can be taken back between tokens without a deadlock).
+    session: Mutex<Option<Session>>,
+}
+
+fn busy() -> PyErr {
+    PyRuntimeError::new_err("the session is generating (in another thread)")
 }
 
 impl PySession {
-    fn lock(&self) -> MutexGuard<'_, Session> {
+    fn wrap(session: Session) -> Self {
+        PySession { session: Mutex::new(Some(session)) }
+    }
+
+    fn guard(&self) -> MutexGuard<'_, Option<Session>> {
         self.session.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// `f` on the session, or `None` while a generation holds it.
+    fn with<R>(&self, f: impl FnOnce(&mut Session) -> R) -> Option<R> {
+        self.guard().as_mut().map(f)
+    }
+
+    fn get<R>(&self, f: impl FnOnce(&mut Session) -> R) -> PyResult<R> {
+        self.with(f).ok_or_else(busy)
+    }
+
+    /// Takes the session out for a generation; [`PySession::put_back`] returns it.
+    fn take(&self) -> PyResult<Session> {
+        self.guard().take().ok_or_else(busy)
+    }
+
+    fn put_back(&self, session: Session) {
+        *self.guard() = Some(session);
+    }
+}
+
+/// One generation step with the GIL released, after giving pending signals (Ctrl-C) their
+/// chance.
+fn step(py: Python<'_>, generator: &mut Generator) -> PyResult<Option<crate::decode::stream::Step>> {
+    py.check_signals()?;
+    py.detach(|| generator.next_step()).py()
 }
 
 fn non_negative(name: &str, v: i64) -> PyResult<usize> {
@@ -58,7 +98,7 @@ impl PySession {
         };
         let engine = Arc::clone(&engine.engine);
         let session = py.detach(|| Session::with_options(engine, &options)).py()?;
-        Ok(PySession { session: Mutex::new(session) })
+        Ok(PySession::wrap(session))
     }
 
     /// Restores a session saved with `save` for this engine's model.
@@ -66,60 +106,61 @@ impl PySession {
     fn load(py: Python<'_>, engine: &PyEngine, path: std::path::PathBuf) -> PyResult<Self> {
         let engine = Arc::clone(&engine.engine);
         let session = py.detach(|| Session::load(engine, &path)).py()?;
-        Ok(PySession { session: Mutex::new(session) })
+        Ok(PySession::wrap(session))
     }
 
     fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        py.detach(|| self.lock().save(&path)).py()
+        py.detach(|| self.with(|s| s.save(&path))).ok_or_else(busy)?.py()
     }
 
     #[getter]
-    fn tokens(&self) -> Vec<u32> {
-        self.lock().tokens().to_vec()
+    fn tokens(&self) -> PyResult<Vec<u32>> {
+        self.get(|s| s.tokens().to_vec())
     }
 
     #[getter]
-    fn context_length(&self) -> usize {
-        self.lock().capacity()
+    fn context_length(&self) -> PyResult<usize> {
+        self.get(|s| s.capacity())
     }
 
     #[getter]
-    fn kv_dtype(&self) -> &'static str {
-        self.lock().cache().dtype().name()
+    fn kv_dtype(&self) -> PyResult<&'static str> {
+        self.get(|s| s.cache().dtype().name())
     }
 
     #[getter]
-    fn overflow(&self) -> &'static str {
-        self.lock().cache().overflow().name()
+    fn overflow(&self) -> PyResult<&'static str> {
+        self.get(|s| s.cache().overflow().name())
     }
 
     #[getter]
-    fn n_keep(&self) -> usize {
-        self.lock().cache().overflow().n_keep()
+    fn n_keep(&self) -> PyResult<usize> {
+        self.get(|s| s.cache().overflow().n_keep())
     }
 
     #[getter]
-    fn kv_bytes(&self) -> usize {
-        self.lock().kv_bytes()
+    fn kv_bytes(&self) -> PyResult<usize> {
+        self.get(|s| s.kv_bytes())
     }
 
     /// Appends `ids`; the logits after the last one (float32, vocab_size).
     fn feed<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let engine = Arc::clone(self.lock().engine());
+        let engine = self.get(|s| Arc::clone(s.engine()))?;
         let ids = token_ids(&engine, ids)?;
-        let logits = py.detach(|| self.lock().feed(&ids).map(<[f32]>::to_vec)).py()?;
+        let logits = py.detach(|| self.with(|s| s.feed(&ids).map(<[f32]>::to_vec))).ok_or_else(busy)?.py()?;
         Ok(PyArray1::from_vec(py, logits))
     }
 
     fn truncate(&self, n: i64) -> PyResult<()> {
         let n = non_negative("n", n)?;
-        self.lock().truncate(n);
-        Ok(())
+        self.get(|s| s.truncate(n))
     }
 
-    /// Generates from `ids` (the whole context), reusing the cached shared prefix:
-    /// (generated ids, finish reason).
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids))]
+    /// Generates from `ids` (the whole context), reusing the cached shared prefix, with the
+    /// stop conditions of `Model.generate`: (ids, text, finish reason, ln q per id, per-step
+    /// statistics if `steps`). Ctrl-C stops it between tokens; the session stays usable.
+    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false))]
+    #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
         py: Python<'_>,
@@ -127,13 +168,42 @@ impl PySession {
         max_tokens: i64,
         sampler: &PySamplerConfig,
         stop_token_ids: Vec<i64>,
-    ) -> PyResult<(Vec<u32>, &'static str)> {
-        let engine = Arc::clone(self.lock().engine());
+        stop: Vec<String>,
+        steps: bool,
+    ) -> PyResult<Generated> {
+        let engine = self.get(|s| Arc::clone(s.engine()))?;
         let ids = token_ids(&engine, ids)?;
-        let stop = token_ids(&engine, stop_token_ids)?;
+        let stop_token_ids = token_ids(&engine, stop_token_ids)?;
         let max_tokens = non_negative("max_tokens", max_tokens)?;
-        let mut sampler = Sampler::new(sampler.config.clone(), engine.config().vocab_size).py()?;
-        let generation = py.detach(|| self.lock().generate(&ids, &mut sampler, max_tokens, &stop)).py()?;
-        Ok((generation.ids, finish_reason_name(generation.finish_reason)))
+        let sampler = Sampler::new(sampler.config.clone(), engine.config().vocab_size).py()?;
+        let stop = StopConditions { max_tokens, stop_token_ids, stop_strings: stop, skip_end_token_text: false };
+        let mut generator = match Generator::try_new(self.take()?, &ids, sampler, stop) {
+            Ok(g) => g,
+            Err(failed) => {
+                let (e, session) = *failed;
+                self.put_back(session);
+                return Err(e).py();
+            }
+        };
+        let (mut text, mut logprobs, mut stats) = (String::new(), Vec::new(), Vec::new());
+        let result = loop {
+            match step(py, &mut generator) {
+                Ok(Some(s)) => {
+                    text.push_str(&s.text);
+                    logprobs.push(s.selection.logprob);
+                    if steps {
+                        stats.push(step_tuple(s.selection));
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        let ids = generator.generated().to_vec();
+        let finish = generator.finish();
+        self.put_back(generator.into_session());
+        result?;
+        let reason = finish.expect("a generator that returns None has finished").reason();
+        Ok((ids, text, reason, logprobs, stats))
     }
 }

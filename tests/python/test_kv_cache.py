@@ -128,6 +128,44 @@ def test_generate_reuses_the_shared_prefix(model1: reprolm.Model, generations: l
     assert session.tokens == edited + third.token_ids[:-1]
 
 
+def test_session_generate_takes_model_generates_options(model1: reprolm.Model) -> None:
+    prompt = "Write a short poem about the sea."
+    session = model1.session(context_length=256)
+    sampler = reprolm.Sampler(temperature=0.8, top_p=0.9, seed=5)
+    for kwargs in [
+        {"max_tokens": 12, "sampler": sampler},
+        {"max_tokens": 40, "stop": ["\n", "sea"]},
+        {"max_tokens": 6, "sampler": sampler, "logprobs": 3},
+        {"max_tokens": 10, "stop_token_ids": [model1.tokenize(" the")[0]]},
+        {"max_tokens": 0},
+    ]:
+        got = session.generate(prompt, **kwargs)
+        assert got == model1.generate(prompt, **kwargs), kwargs
+        assert got.steps == model1.generate(prompt, **kwargs).steps
+    assert len(got.token_ids) == 0 and got.finish_reason == "length"
+    with pytest.raises(reprolm.InvalidArgumentError):
+        session.generate(prompt, max_tokens=4, stop="x", logprobs=2)
+
+
+def test_session_generate_stops_on_ctrl_c_and_stays_usable(model1: reprolm.Model) -> None:
+    import _thread
+    import threading
+
+    session = model1.session(context_length=512)
+    prompt = model1.tokenize("Once upon a time")
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        session.generate(prompt, max_tokens=400)
+    timer.join()
+    # Whatever was computed stays: the session holds the prompt and some generated tokens,
+    # and continuing from them gives a fresh run's bits.
+    held = session.tokens
+    assert held[: len(prompt)] == prompt and len(held) < len(prompt) + 400
+    assert np.array_equal(session.prefill([13]), model1.logits(held + [13])[-1])
+    assert session.generate(prompt, max_tokens=5) == model1.generate(prompt, max_tokens=5)
+
+
 def test_restored_session_continues_bitwise(
     model1: reprolm.Model, ids: list[int], full: np.ndarray, tmp_path: Path
 ) -> None:
