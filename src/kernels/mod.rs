@@ -321,6 +321,9 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
         let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
         for r in rows.clone() {
             let row = w.data.as_ptr().add(r * row_bytes);
+            if r + PREFETCH_ROWS < rows.end {
+                prefetch(row.add(PREFETCH_ROWS * row_bytes), row_bytes);
+            }
             let mut t = t_block;
             while t < t_end {
                 let x = act.x.as_ptr().add(t * cols);
@@ -334,6 +337,22 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                 };
                 t += n;
             }
+        }
+    }
+}
+
+const PREFETCH_ROWS: usize = 2;
+
+/// Asks for the cache lines of `p[..n]` (a hint: no effect on results).
+#[inline(always)]
+unsafe fn prefetch(p: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut off = 0;
+        while off < n {
+            _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast());
+            off += 64;
         }
     }
 }
