@@ -312,31 +312,40 @@ unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>,
     }
 }
 
-/// Walks token blocks, then rows, then tiles of up to 4 tokens sharing each unpacked group.
+/// Walks token blocks, then rows, then tiles of up to 2 rows x 4 tokens: each unpacked
+/// weight group serves every token of the tile, each loaded activation every row.
 #[inline(always)]
 unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
     let row_bytes = w.row_bytes();
     let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
+    // One token has nothing to share an activation with; two rows would only add pressure.
+    let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
     for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
         let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
-        for r in rows.clone() {
+        let mut r = rows.start;
+        while r < rows.end {
+            let nr = tile_rows.min(rows.end - r);
             let row = w.data.as_ptr().add(r * row_bytes);
-            if r + PREFETCH_ROWS < rows.end {
-                prefetch(row.add(PREFETCH_ROWS * row_bytes), row_bytes);
-            }
+            let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
+            prefetch(row.add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
             let mut t = t_block;
             while t < t_end {
                 let x = act.x.as_ptr().add(t * cols);
                 let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
                 let o = out.ptr.add(t * out.token_stride + r);
-                let n = match t_end - t {
-                    1 => tile::<L, W, 1>(row, cols, x, gs, o, out.token_stride),
-                    2 => tile::<L, W, 2>(row, cols, x, gs, o, out.token_stride),
-                    3 => tile::<L, W, 3>(row, cols, x, gs, o, out.token_stride),
-                    _ => tile::<L, W, 4>(row, cols, x, gs, o, out.token_stride),
+                let s = out.token_stride;
+                t += match (nr, t_end - t) {
+                    (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
+                    (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
+                    (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
+                    (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
+                    (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
+                    (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
+                    (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
+                    (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
                 };
-                t += n;
             }
+            r += nr;
         }
     }
 }
@@ -367,10 +376,12 @@ unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
     }
 }
 
-/// One weight row against `NT` consecutive tokens (op order in [`groups`]); returns `NT`.
+/// `NR` consecutive weight rows (from `row`, `row_bytes` apart) against `NT` consecutive
+/// tokens, each output by the op order of [`groups`]; returns `NT`.
 #[inline(always)]
-unsafe fn tile<L: Lanes16, W: WeightGroup, const NT: usize>(
+unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
     row: *const u8,
+    row_bytes: usize,
     cols: usize,
     x: *const f32,
     gs: *const f32,
@@ -379,41 +390,53 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NT: usize>(
 ) -> usize {
     let groups = cols / GROUP;
     let gs_len = group_sums_len(cols);
-    let d_ptr = row.add(groups * W::CODE_BYTES);
-    let m_ptr = d_ptr.add(2 * groups);
-    // Two chains per token (low and high halves of each group) halve the FMA latency chain.
-    let mut acc_lo = [L::zero(); NT];
-    let mut acc_hi = [L::zero(); NT];
-    let mut macc = [L::zero(); NT];
-    let mut d = [0f32; 16];
+    let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
+    let d_ptr = rows.map(|p| p.add(groups * W::CODE_BYTES));
+    // Two chains per output (low and high halves of each group) halve the FMA latency chain.
+    let mut acc_lo = [[L::zero(); NT]; NR];
+    let mut acc_hi = [[L::zero(); NT]; NR];
+    let mut d = [[0f32; 16]; NR];
     for chunk in (0..groups).step_by(16) {
         let n = (groups - chunk).min(16);
         if W::SCALED {
-            f16_chunk::<L>(d_ptr.add(2 * chunk), n).store(d.as_mut_ptr());
-        }
-        if W::OFFSET {
-            let m = f16_chunk::<L>(m_ptr.add(2 * chunk), n);
-            for (t, a) in macc.iter_mut().enumerate() {
-                *a = L::fma(m, L::load(gs.add(t * gs_len + chunk)), *a);
+            for r in 0..NR {
+                f16_chunk::<L>(d_ptr[r].add(2 * chunk), n).store(d[r].as_mut_ptr());
             }
         }
-        for (j, &dj) in d.iter().enumerate().take(n) {
+        for j in 0..n {
             let g = chunk + j;
-            let dv = if W::SCALED { L::splat(dj) } else { L::zero() };
-            let (w_lo, w_hi) = W::weights::<L>(row.add(g * W::CODE_BYTES), dv);
+            let w: [(L, L); NR] = std::array::from_fn(|r| {
+                let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
+                W::weights::<L>(rows[r].add(g * W::CODE_BYTES), dv)
+            });
             for t in 0..NT {
                 let xt = x.add(t * cols + g * GROUP);
-                acc_lo[t] = L::fma(L::load(xt), w_lo, acc_lo[t]);
-                acc_hi[t] = L::fma(L::load(xt.add(GROUP / 2)), w_hi, acc_hi[t]);
+                let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
+                for r in 0..NR {
+                    acc_lo[r][t] = L::fma(x_lo, w[r].0, acc_lo[r][t]);
+                    acc_hi[r][t] = L::fma(x_hi, w[r].1, acc_hi[r][t]);
+                }
             }
         }
     }
-    for t in 0..NT {
-        let mut v = L::add(acc_lo[t], acc_hi[t]);
+    for r in 0..NR {
+        let mut macc = [L::zero(); NT];
         if W::OFFSET {
-            v = L::add(v, macc[t]);
+            let m_ptr = d_ptr[r].add(2 * groups);
+            for chunk in (0..groups).step_by(16) {
+                let m = f16_chunk::<L>(m_ptr.add(2 * chunk), (groups - chunk).min(16));
+                for (t, a) in macc.iter_mut().enumerate() {
+                    *a = L::fma(m, L::load(gs.add(t * gs_len + chunk)), *a);
+                }
+            }
         }
-        *out.add(t * out_stride) = v.reduce();
+        for t in 0..NT {
+            let mut v = L::add(acc_lo[r][t], acc_hi[r][t]);
+            if W::OFFSET {
+                v = L::add(v, macc[t]);
+            }
+            *out.add(t * out_stride + r) = v.reduce();
+        }
     }
     NT
 }
