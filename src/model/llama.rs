@@ -9,9 +9,10 @@
 
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
+use super::rowwise;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
+use crate::kernels::{group_sums_len, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -138,11 +139,12 @@ impl Llama {
         }
         self.rope_table(scratch, p0, t_n);
 
+        let eps = cfg.rms_eps;
+        let first_norm = w.layers.first().map(|lw| &lw.attn_norm[..]);
+        rowwise::residual_norm(pool, &mut scratch.x, None, first_norm, eps, (t_n, d), &mut scratch.xn, &mut scratch.gs);
         for (l, lw) in w.layers.iter().enumerate() {
             crate::count::set_layer(Some(l));
-            // Attention block.
-            rms_norm_rows(&scratch.x, &lw.attn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            prepare(&scratch.xn, d, t_n, &mut scratch.gs);
+            // Attention block (its input norm is done: xn, gs).
             self.matmuls(
                 pool,
                 &scratch.xn,
@@ -157,13 +159,12 @@ impl Llama {
                 cache.write(l, p0 + t, &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
             }
             self.attention(pool, cache, scratch, l, p0, t_n);
-            prepare(&scratch.att, d, t_n, &mut scratch.gs);
+            rowwise::group_sums_rows(pool, &scratch.att, d, t_n, &mut scratch.gs);
             self.matmuls(pool, &scratch.att, &scratch.gs, t_n, &[(&lw.wo, &mut scratch.proj)]);
-            add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
+            let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
+            rowwise::residual_norm(pool, x, Some(&scratch.proj), Some(&lw.ffn_norm), eps, (t_n, d), xn, gs);
 
             // Feed-forward block.
-            rms_norm_rows(&scratch.x, &lw.ffn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            prepare(&scratch.xn, d, t_n, &mut scratch.gs);
             self.matmuls(
                 pool,
                 &scratch.xn,
@@ -171,12 +172,12 @@ impl Llama {
                 t_n,
                 &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
             );
-            for (g, &u) in scratch.gate[..t_n * ff].iter_mut().zip(&scratch.up[..t_n * ff]) {
-                *g = silu(*g) * u;
-            }
-            prepare(&scratch.gate, ff, t_n, &mut scratch.gs);
+            rowwise::swiglu(pool, &mut scratch.gate, &scratch.up, ff, t_n, &mut scratch.gs);
             self.matmuls(pool, &scratch.gate, &scratch.gs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
-            add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
+            // The residual add, and the next layer's input norm.
+            let next_norm = w.layers.get(l + 1).map(|next| &next.attn_norm[..]);
+            let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
+            rowwise::residual_norm(pool, x, Some(&scratch.proj), next_norm, eps, (t_n, d), xn, gs);
         }
         cache.advance_to(p0 + t_n);
         crate::count::set_layer(None);
@@ -187,8 +188,8 @@ impl Llama {
             LogitRows::Last => t_n - 1,
         };
         let n_out = t_n - first;
-        rms_norm_rows(&scratch.x[first * d..], &w.output_norm, cfg.rms_eps, n_out, d, &mut scratch.xn);
-        prepare(&scratch.xn, d, n_out, &mut scratch.gs);
+        let (x, xn, gs) = (&mut scratch.x[first * d..], &mut scratch.xn, &mut scratch.gs);
+        rowwise::residual_norm(pool, x, None, Some(&w.output_norm), cfg.rms_eps, (n_out, d), xn, gs);
         let mut logits = std::mem::take(&mut scratch.logits);
         logits.resize(n_out * cfg.vocab_size, 0.0);
         self.matmuls(pool, &scratch.xn, &scratch.gs, n_out, &[(&w.output, &mut logits)]);
@@ -295,25 +296,6 @@ impl Llama {
     }
 }
 
-/// `x_t / rms(x_t) * weight` for each of `t_n` rows, the mean square accumulated in f64.
-fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, t_n: usize, d: usize, out: &mut [f32]) {
-    for (row, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)).take(t_n) {
-        let mean_sq = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / d as f64;
-        let inv = (1.0 / (mean_sq + eps as f64).sqrt()) as f32;
-        for ((o, &v), &w) in o.iter_mut().zip(row).zip(weight) {
-            *o = (v * inv) * w;
-        }
-    }
-}
-
-/// Group sums of each input row, for the Q4_1 kernels.
-fn prepare(x: &[f32], cols: usize, t_n: usize, gs: &mut [f32]) {
-    let n = group_sums_len(cols);
-    for t in 0..t_n {
-        group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * n..(t + 1) * n]);
-    }
-}
-
 /// Rotates adjacent pairs (2i, 2i + 1) of every head in `x` ([heads][head_dim]).
 fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
     for head in x.chunks_exact_mut(hd) {
@@ -342,12 +324,3 @@ fn softmax_scaled(s: &mut [f32], scale: f32) {
     }
 }
 
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
-fn add_assign(x: &mut [f32], y: &[f32]) {
-    for (a, &b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}

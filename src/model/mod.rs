@@ -3,6 +3,7 @@
 pub mod config;
 pub mod kv_cache;
 pub mod llama;
+mod rowwise;
 pub mod weights;
 
 pub use config::ModelConfig;
