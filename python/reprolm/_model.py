@@ -7,7 +7,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, cast, overload
+from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, TypedDict, Union, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +72,29 @@ class Chunk:
 
 def _stop_list(stop: Union[str, Sequence[str]]) -> list[str]:
     return [stop] if isinstance(stop, str) else [str(s) for s in stop]
+
+
+class _DecodeOptions(TypedDict):
+    """The keyword arguments every token loop of ``_core`` takes."""
+
+    max_tokens: int
+    sampler: _core.SamplerConfig
+    stop_token_ids: list[int]
+    stop: list[str]
+    skip_end_token_text: bool
+
+
+def _decode_options(
+    max_tokens: int,
+    sampler: Optional[Sampler],
+    stop: Union[str, Sequence[str]],
+    stop_token_ids: Sequence[int],
+    skip_end_token_text: bool,
+) -> _DecodeOptions:
+    return _DecodeOptions(
+        max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids),
+        stop=_stop_list(stop), skip_end_token_text=skip_end_token_text,
+    )
 
 
 def _is_batch(prompt: Union[Prompt, Sequence[Prompt]]) -> bool:
@@ -261,11 +284,8 @@ class Model:
         stop_token_ids: Sequence[int],
         skip_end_token_text: bool,
     ) -> list[Completion]:
-        results = _core.generate(
-            self._engine, prompts, max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core,
-            stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
-            skip_end_token_text=skip_end_token_text,
-        )
+        options = _decode_options(max_tokens, sampler, stop, stop_token_ids, skip_end_token_text)
+        results = _core.generate(self._engine, prompts, **options)
         return [Completion(text, ids, reason, prompt, logprobs)
                 for prompt, (ids, text, reason, logprobs) in zip(prompts, results)]
 
@@ -317,11 +337,8 @@ class Model:
         stop_token_ids: Sequence[int],
         skip_end_token_text: bool,
     ) -> Iterator[Chunk]:
-        core = _core.Stream(
-            self._engine, ids, max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core,
-            stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
-            skip_end_token_text=skip_end_token_text,
-        )
+        options = _decode_options(max_tokens, sampler, stop, stop_token_ids, skip_end_token_text)
+        core = _core.Stream(self._engine, ids, **options)
         return (Chunk(text, token_ids, reason, logprobs) for text, token_ids, reason, logprobs in core)
 
     @property
