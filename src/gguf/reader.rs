@@ -265,7 +265,7 @@ fn resolve_tensor(
             .ok_or_else(|| Error::Format(format!("tensor '{name}' dimensions {dims:?} are too large")))?;
     }
     let block = ggml_type.block_size() as u64;
-    if dims[0] % block != 0 {
+    if !dims[0].is_multiple_of(block) {
         return Err(Error::Format(format!(
             "tensor '{name}' row length {} is not a multiple of the {} block size {block}",
             dims[0],
@@ -273,7 +273,7 @@ fn resolve_tensor(
         )));
     }
     let n_bytes = n_elements / block * ggml_type.block_bytes() as u64;
-    if offset % alignment != 0 {
+    if !offset.is_multiple_of(alignment) {
         return Err(Error::Format(format!(
             "tensor '{name}' offset {offset} is not aligned to {alignment}"
         )));

@@ -41,7 +41,7 @@ impl TensorSpec {
                 format!("'{}' has dimensions {:?} (1 to 4 nonzero dimensions allowed)", self.name, self.dims),
             ));
         }
-        if self.dims[0] % block != 0 {
+        if !self.dims[0].is_multiple_of(block) {
             return Err(Error::invalid_argument(
                 "tensor",
                 format!(

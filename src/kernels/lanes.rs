@@ -5,8 +5,13 @@
 //!
 //! Weight unpacking converts small integers or f16/bf16 values to f32, which is exact.
 
-/// Sixteen f32 lanes. Every method is `unsafe` because the SIMD implementations may only run
-/// on a CPU with their features; callers go through [`super::Isa`], which checked them.
+/// Sixteen f32 lanes.
+///
+/// # Safety
+/// Every method is `unsafe` because the SIMD implementations may only run on a CPU with
+/// their features; callers go through [`super::Isa`], which checked them. Methods taking
+/// pointers also need them valid for the bytes they name (16 f32, 16 bytes of nibbles, ...).
+#[allow(clippy::missing_safety_doc)] // the contract above holds for every method
 pub trait Lanes16: Copy {
     unsafe fn zero() -> Self;
     unsafe fn splat(v: f32) -> Self;

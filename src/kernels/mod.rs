@@ -154,7 +154,7 @@ unsafe impl Sync for OutPtr {}
 /// `out` must be valid for those writes, and no other thread may touch those elements.
 pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
     assert_eq!(w.cols, act.cols);
-    assert!(w.cols % GROUP == 0 && rows.end <= w.rows);
+    assert!(w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
     assert!(w.ty != GgmlType::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
@@ -189,7 +189,7 @@ pub fn weighted_row_sum(isa: Isa, weights: &[f32], v: &MatRef, out: &mut [f32]) 
 pub fn weighted_row_sums(isa: Isa, weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
     assert!(!pieces.is_empty());
     let (ty, cols) = (pieces[0].ty, pieces[0].cols);
-    assert!(matches!(ty, GgmlType::F32 | GgmlType::F16) && cols % GROUP == 0 && out.len() % cols == 0);
+    assert!(matches!(ty, GgmlType::F32 | GgmlType::F16) && cols % GROUP == 0 && out.len().is_multiple_of(cols));
     let n: usize = pieces.iter().map(|v| v.rows).sum();
     for v in pieces {
         assert!(v.ty == ty && v.cols == cols && v.data.len() == v.rows * v.row_bytes());
@@ -403,6 +403,7 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
                 f16_chunk::<L>(d_ptr[r].add(2 * chunk), n).store(d[r].as_mut_ptr());
             }
         }
+        #[allow(clippy::needless_range_loop)] // j indexes every row's scales
         for j in 0..n {
             let g = chunk + j;
             let w: [(L, L); NR] = std::array::from_fn(|r| {

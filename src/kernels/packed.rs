@@ -22,7 +22,7 @@ pub fn is_packed(ty: GgmlType) -> bool {
 /// Repacks whole ggml rows (`ggml.len()` a multiple of the row size) into the packed layout.
 pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8]) -> Vec<u8> {
     let row_bytes = ty.row_bytes(cols);
-    assert!(is_packed(ty) && ggml.len() % row_bytes == 0);
+    assert!(is_packed(ty) && ggml.len().is_multiple_of(row_bytes));
     let groups = cols / QK;
     let mut out = vec![0u8; ggml.len()];
     for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(row_bytes)) {

@@ -72,7 +72,7 @@ impl LlamaWeights {
         let matrix = |name: &str, rows: usize, cols: usize| -> Result<Matrix> {
             let info = tensor(file, name)?;
             check_shape(info, &[cols, rows])?;
-            if cols % GROUP != 0 {
+            if !cols.is_multiple_of(GROUP) {
                 return Err(Error::Unsupported(format!(
                     "tensor '{name}' rows of {cols} values (must be a multiple of {GROUP})"
                 )));

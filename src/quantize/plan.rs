@@ -12,7 +12,7 @@ const QUANTIZATION_VERSION: u32 = 2;
 
 /// `wanted` if the tensor's rows split into its blocks, else F32 (lossless for any row length).
 fn fit(info: &TensorInfo, wanted: GgmlType) -> GgmlType {
-    if info.dims[0] % wanted.block_size() as u64 == 0 {
+    if info.dims[0].is_multiple_of(wanted.block_size() as u64) {
         wanted
     } else {
         GgmlType::F32

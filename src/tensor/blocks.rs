@@ -80,7 +80,7 @@ impl Block for BlockQ8_0 {}
 /// callers pass rows whose length the GGUF reader has already validated.
 pub fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
     let size = std::mem::size_of::<B>();
-    assert!(bytes.len() % size == 0, "byte length {} is not whole blocks of {size}", bytes.len());
+    assert!(bytes.len().is_multiple_of(size), "byte length {} is not whole blocks of {size}", bytes.len());
     // SAFETY: B is repr(C), built only from byte arrays (alignment 1, no padding, every bit
     // pattern valid), and the length is a whole number of blocks.
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size) }
@@ -89,7 +89,7 @@ pub fn as_blocks<B: Block>(bytes: &[u8]) -> &[B] {
 /// Views `bytes` as whole blocks to be written (see [`as_blocks`]).
 pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> &mut [B] {
     let size = std::mem::size_of::<B>();
-    assert!(bytes.len() % size == 0, "byte length {} is not whole blocks of {size}", bytes.len());
+    assert!(bytes.len().is_multiple_of(size), "byte length {} is not whole blocks of {size}", bytes.len());
     // SAFETY: as in `as_blocks`; the exclusive borrow of the bytes becomes one of the blocks.
     unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<B>(), bytes.len() / size) }
 }

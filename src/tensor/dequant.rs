@@ -46,8 +46,8 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
         GgmlType::Q8_0 => {
             for (o, b) in out.chunks_exact_mut(QK).zip(as_blocks::<BlockQ8_0>(bytes)) {
                 let d = b.d();
-                for j in 0..QK {
-                    o[j] = d * b.qs[j] as f32;
+                for (v, &q) in o.iter_mut().zip(&b.qs) {
+                    *v = d * q as f32;
                 }
             }
         }
