@@ -138,3 +138,91 @@ fn weighted_row_sum_paths_agree_bitwise_and_with_float64() {
         }
     }
 }
+
+/// Distance in units in the last place between two finite f32 of the same sign.
+fn ulps(a: f32, b: f32) -> u32 {
+    (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+}
+
+#[test]
+fn exp_is_within_two_ulp_and_identical_on_every_path() {
+    use reprolm::kernels::elementwise::exp_in_place;
+    // A dense sweep of the normal range (exp(x) >= 2^-125), then the edges.
+    let n = 400_003;
+    let mut xs: Vec<f32> = (0..n).map(|i| -86.9 + (88.7 + 86.9) * i as f32 / (n - 1) as f32).collect();
+    xs.extend([0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 88.72, 88.73, 89.5, 1e10, -86.99, -87.5, -88.5, -1e10]);
+    xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE]);
+    let mut expected = xs.clone();
+    exp_in_place(Isa::Scalar, &mut expected);
+    for isa in isas() {
+        let mut got = xs.clone();
+        exp_in_place(isa, &mut got);
+        assert!(got.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs from scalar");
+    }
+    let mut worst = 0;
+    for (&x, &y) in xs.iter().zip(&expected) {
+        let exact = (x as f64).exp();
+        if (x as f64) * std::f64::consts::LOG2_E < -125.5 {
+            assert_eq!(y, 0.0, "exp({x}) flushes to zero below 2^-125.5");
+        } else if exact > f32::MAX as f64 {
+            assert_eq!(y, f32::INFINITY, "exp({x}) overflows");
+        } else {
+            let u = ulps(y, exact as f32);
+            worst = worst.max(u);
+            assert!(u <= 2, "exp({x}) = {y}, exact {exact}: {u} ulp");
+        }
+    }
+    println!("exp: worst {worst} ulp");
+    let mut nan = [f32::NAN];
+    exp_in_place(Isa::best(), &mut nan);
+    assert!(nan[0].is_nan());
+}
+
+#[test]
+fn softmax_is_identical_on_every_path_and_matches_float64() {
+    use reprolm::kernels::elementwise::softmax_scaled;
+    let mut rng = Rng(7);
+    for len in (1..70).chain([1000, 4099]) {
+        let scores: Vec<f32> = (0..len).map(|_| rng.unit() * 40.0).collect();
+        let scale = 0.125;
+        let mut expected = scores.clone();
+        softmax_scaled(Isa::Scalar, &mut expected, scale);
+        for isa in isas() {
+            let mut got = scores.clone();
+            softmax_scaled(isa, &mut got, scale);
+            assert!(got.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?}, {len} scores");
+        }
+        let v: Vec<f64> = scores.iter().map(|&s| (s * scale) as f64).collect();
+        let m = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = v.iter().map(|x| (x - m).exp()).sum();
+        for (&p, x) in expected.iter().zip(&v) {
+            let exact = (x - m).exp() / z;
+            // exp within 2 ulp, a sum of `len` terms (relative error <= len * 2^-24), a division.
+            let bound = exact * (4.0 + len as f64) * f32::EPSILON as f64 + 1e-30;
+            assert!((p as f64 - exact).abs() <= bound, "len {len}: {p} vs {exact}");
+        }
+    }
+}
+
+#[test]
+fn swiglu_is_identical_on_every_path_and_matches_float64() {
+    use reprolm::kernels::elementwise::swiglu;
+    let mut rng = Rng(11);
+    for len in (1..70).chain([1536]) {
+        let gate: Vec<f32> = (0..len).map(|_| rng.unit() * 30.0).collect();
+        let up: Vec<f32> = (0..len).map(|_| rng.unit() * 3.0).collect();
+        let mut expected = gate.clone();
+        swiglu(Isa::Scalar, &mut expected, &up);
+        for isa in isas() {
+            let mut got = gate.clone();
+            swiglu(isa, &mut got, &up);
+            assert!(got.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?}, {len} values");
+        }
+        for ((&y, &g), &u) in expected.iter().zip(&gate).zip(&up) {
+            let (g, u) = (g as f64, u as f64);
+            let exact = g / (1.0 + (-g).exp()) * u;
+            // exp within 2 ulp, then an add, a division and a multiplication, each rounded.
+            assert!((y as f64 - exact).abs() <= exact.abs() * 6.0 * f32::EPSILON as f64, "{g} {u}: {y} vs {exact}");
+        }
+    }
+}

@@ -21,7 +21,16 @@ pub trait Lanes16: Copy {
     unsafe fn load(p: *const f32) -> Self;
     unsafe fn store(self, p: *mut f32);
     unsafe fn add(a: Self, b: Self) -> Self;
+    unsafe fn sub(a: Self, b: Self) -> Self;
     unsafe fn mul(a: Self, b: Self) -> Self;
+    unsafe fn div(a: Self, b: Self) -> Self;
+    /// `if a < b { a } else { b }` lane by lane (x86 `minps`: `b` if either is NaN).
+    unsafe fn min(a: Self, b: Self) -> Self;
+    /// `if a > b { a } else { b }` lane by lane (x86 `maxps`).
+    unsafe fn max(a: Self, b: Self) -> Self;
+    /// `(p * 2^(k - 1)) * 2` for integral `k` in [-128, 128]: `p * 2^k`, except that
+    /// `2^(k - 1)` is 0 for `k <= -126` (so such results are 0).
+    unsafe fn scale_pow2(p: Self, k: Self) -> Self;
     /// `a * b + c` with a single rounding.
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
     /// `((l0 + l8) + (l4 + l12)) + ...`: lanes l and l + h added for h = 8, 4, 2, 1.
@@ -85,8 +94,31 @@ impl Lanes16 for Scalar16 {
         Scalar16(std::array::from_fn(|l| a.0[l] + b.0[l]))
     }
     #[inline(always)]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| a.0[l] - b.0[l]))
+    }
+    #[inline(always)]
     unsafe fn mul(a: Self, b: Self) -> Self {
         Scalar16(std::array::from_fn(|l| a.0[l] * b.0[l]))
+    }
+    #[inline(always)]
+    unsafe fn div(a: Self, b: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| a.0[l] / b.0[l]))
+    }
+    #[inline(always)]
+    unsafe fn min(a: Self, b: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| if a.0[l] < b.0[l] { a.0[l] } else { b.0[l] }))
+    }
+    #[inline(always)]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| if a.0[l] > b.0[l] { a.0[l] } else { b.0[l] }))
+    }
+    #[inline(always)]
+    unsafe fn scale_pow2(p: Self, k: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| {
+            let bits = ((k.0[l] as i32).wrapping_add(126)).clamp(0, 254) as u32;
+            (p.0[l] * f32::from_bits(bits << 23)) * 2.0
+        }))
     }
     #[inline(always)]
     unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
@@ -168,8 +200,31 @@ mod x86 {
             Avx512(_mm512_add_ps(a.0, b.0))
         }
         #[inline(always)]
+        unsafe fn sub(a: Self, b: Self) -> Self {
+            Avx512(_mm512_sub_ps(a.0, b.0))
+        }
+        #[inline(always)]
         unsafe fn mul(a: Self, b: Self) -> Self {
             Avx512(_mm512_mul_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn div(a: Self, b: Self) -> Self {
+            Avx512(_mm512_div_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn min(a: Self, b: Self) -> Self {
+            Avx512(_mm512_min_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn max(a: Self, b: Self) -> Self {
+            Avx512(_mm512_max_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn scale_pow2(p: Self, k: Self) -> Self {
+            let e = _mm512_add_epi32(_mm512_cvtps_epi32(k.0), _mm512_set1_epi32(126));
+            let e = _mm512_min_epi32(_mm512_max_epi32(e, _mm512_setzero_si512()), _mm512_set1_epi32(254));
+            let scaled = _mm512_mul_ps(p.0, _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
+            Avx512(_mm512_mul_ps(scaled, _mm512_set1_ps(2.0)))
         }
         #[inline(always)]
         unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
@@ -260,8 +315,34 @@ mod x86 {
             Avx2x2(_mm256_add_ps(a.0, b.0), _mm256_add_ps(a.1, b.1))
         }
         #[inline(always)]
+        unsafe fn sub(a: Self, b: Self) -> Self {
+            Avx2x2(_mm256_sub_ps(a.0, b.0), _mm256_sub_ps(a.1, b.1))
+        }
+        #[inline(always)]
         unsafe fn mul(a: Self, b: Self) -> Self {
             Avx2x2(_mm256_mul_ps(a.0, b.0), _mm256_mul_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn div(a: Self, b: Self) -> Self {
+            Avx2x2(_mm256_div_ps(a.0, b.0), _mm256_div_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn min(a: Self, b: Self) -> Self {
+            Avx2x2(_mm256_min_ps(a.0, b.0), _mm256_min_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn max(a: Self, b: Self) -> Self {
+            Avx2x2(_mm256_max_ps(a.0, b.0), _mm256_max_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn scale_pow2(p: Self, k: Self) -> Self {
+            let half = |p: __m256, k: __m256| {
+                let e = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(126));
+                let e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(254));
+                let scaled = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+                _mm256_mul_ps(scaled, _mm256_set1_ps(2.0))
+            };
+            Avx2x2(half(p.0, k.0), half(p.1, k.1))
         }
         #[inline(always)]
         unsafe fn fma(a: Self, b: Self, c: Self) -> Self {

@@ -5,6 +5,7 @@
 //! a thread was given. That is what makes logits independent of thread count, prefill
 //! chunking and instruction set.
 
+pub mod elementwise;
 mod groups;
 mod lanes;
 pub mod packed;

@@ -12,7 +12,7 @@ use super::kv_cache::KvCache;
 use super::rowwise;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{group_sums_len, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
+use crate::kernels::{elementwise, group_sums_len, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -172,7 +172,7 @@ impl Llama {
                 t_n,
                 &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
             );
-            rowwise::swiglu(pool, &mut scratch.gate, &scratch.up, ff, t_n, &mut scratch.gs);
+            rowwise::swiglu(pool, self.isa, &mut scratch.gate, &scratch.up, ff, t_n, &mut scratch.gs);
             self.matmuls(pool, &scratch.gate, &scratch.gs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
             // The residual add, and the next layer's input norm.
             let next_norm = w.layers.get(l + 1).map(|next| &next.attn_norm[..]);
@@ -284,7 +284,7 @@ impl Llama {
                     n_keys += keys.rows;
                 }
                 for j in 0..nq {
-                    softmax_scaled(&mut scores[j * capacity..j * capacity + n_keys], scale);
+                    elementwise::softmax_scaled(self.isa, &mut scores[j * capacity..j * capacity + n_keys], scale);
                 }
                 let values: [MatRef; 3] = std::array::from_fn(|j| {
                     cache.values(layer, g, if j < n_pieces { slots[j].clone() } else { 0..0 })
@@ -304,23 +304,6 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
             pair[0] = a * cos[i] - b * sin[i];
             pair[1] = a * sin[i] + b * cos[i];
         }
-    }
-}
-
-/// In place: `softmax(scale * s)`, max-subtracted, summed in index order.
-fn softmax_scaled(s: &mut [f32], scale: f32) {
-    let mut max = f32::NEG_INFINITY;
-    for v in s.iter_mut() {
-        *v *= scale;
-        max = max.max(*v);
-    }
-    let mut sum = 0f32;
-    for v in s.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    for v in s.iter_mut() {
-        *v /= sum;
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::sync::Mutex;
 
-use crate::kernels::{group_sums, group_sums_len};
+use crate::kernels::elementwise;
+use crate::kernels::{group_sums, group_sums_len, Isa};
 use crate::threads::{split, ThreadPool};
 
 /// Tokens below which a chunk is not worth a hand-off.
@@ -47,17 +48,15 @@ pub fn residual_norm(
     });
 }
 
-/// For each of `t_n` tokens: `gate_t = silu(gate_t) * up_t` and `gs_t` = its group sums.
+/// For each of `t_n` tokens: `gate_t = silu(gate_t) * up_t` ([`elementwise::swiglu`]) and `gs_t` = its group sums.
 /// Buffers are [T][width] (`gs`: [T][group_sums_len(width)]).
-pub fn swiglu(pool: &ThreadPool, gate: &mut [f32], up: &[f32], width: usize, t_n: usize, gs: &mut [f32]) {
+pub fn swiglu(pool: &ThreadPool, isa: Isa, gate: &mut [f32], up: &[f32], width: usize, t_n: usize, gs: &mut [f32]) {
     let n = n_chunks(pool, t_n);
     let (gates, gss) = (cut(gate, width, t_n, n), cut(gs, group_sums_len(width), t_n, n));
     pool.run(n, |c| {
         let (mut gate, mut gs) = (lock(&gates[c]), lock(&gss[c]));
-        let up = &up[split(t_n, c, n).start * width..];
-        for (g, &u) in gate.iter_mut().zip(up) {
-            *g = silu(*g) * u;
-        }
+        let rows = split(t_n, c, n);
+        elementwise::swiglu(isa, &mut gate, &up[rows.start * width..rows.end * width]);
         for (row, s) in gate.chunks_exact(width).zip(gs.chunks_exact_mut(group_sums_len(width))) {
             group_sums(row, s);
         }
@@ -84,10 +83,6 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
         *o = (v * inv) * w;
     }
-}
-
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
 }
 
 fn n_chunks(pool: &ThreadPool, t_n: usize) -> usize {
