@@ -21,10 +21,10 @@ const LOG2_E: f32 = std::f32::consts::LOG2_E;
 /// 1.5 * 2^23: adding it rounds a float of magnitude below 2^22 to an integer.
 const ROUNDER: f32 = 12_582_912.0;
 /// ln 2 = LN2_HI + LN2_LO, `LN2_HI` with 9 significant bits so `k * LN2_HI` is exact.
-const LN2_HI: f32 = 0.693_359_375;
+const LN2_HI: f32 = 355.0 / 512.0;
 const LN2_LO: f32 = -2.121_944_4e-4;
-/// Cephes expf's polynomial, highest degree first.
-const EXP_POLY: [f32; 6] = [1.987_569_2e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1];
+/// Cephes expf's polynomial, highest degree first (its 5.0000001201e-1 is 0.5 in f32).
+const EXP_POLY: [f32; 6] = [1.987_569_2e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
 #[inline(always)]
 unsafe fn exp_lanes<L: Lanes16>(x: L) -> L {
