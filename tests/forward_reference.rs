@@ -73,3 +73,28 @@ fn bitwise_identical_across_threads_chunking_and_isa() {
         assert!(bits(&load(isa), 2, 5) == reference, "isa = {}", isa.name());
     }
 }
+
+/// Theorem 7.2 deep into a context: steps through positions 560..600 one at a time (on 1 to
+/// 3 threads) give the bits of one 40-token chunk.
+#[test]
+fn decode_steps_deep_in_a_context_match_a_chunk() {
+    let model = load(Isa::best());
+    let ids: Vec<u32> = (0..600u32).map(|i| 100 + i * 7919 % 40000).collect();
+    let (prefix, tail) = ids.split_at(560);
+    let run = |threads: usize, chunks: Vec<&[u32]>| {
+        let pool = ThreadPool::new(threads);
+        let mut cache = KvCache::new(&model.config, 600).unwrap();
+        let mut scratch = Scratch::default();
+        model.forward(&pool, &mut cache, &mut scratch, prefix, LogitRows::None).unwrap();
+        let mut out = Vec::new();
+        for c in chunks {
+            model.forward(&pool, &mut cache, &mut scratch, c, LogitRows::All).unwrap();
+            out.extend(scratch.logits.iter().map(|v| v.to_bits()));
+        }
+        out
+    };
+    let chunk = run(2, vec![tail]);
+    for threads in [1, 2, 3] {
+        assert!(run(threads, tail.chunks(1).collect()) == chunk, "threads = {threads}");
+    }
+}
