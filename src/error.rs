@@ -35,7 +35,11 @@ pub enum Error {
     Unsupported(String),
 
     /// A tensor whose ggml type id reprolm does not know or cannot compute with.
-    #[error("tensor '{tensor}' has unsupported ggml type {type_id}")]
+    #[error(
+        "tensor '{tensor}' has type {}, which reprolm does not support (it supports {})",
+        crate::tensor::describe_type_id(*type_id),
+        crate::tensor::supported_type_names()
+    )]
     UnknownTensorType { tensor: String, type_id: u32 },
 
     /// Metadata required to build the model or tokenizer is missing or inconsistent.

@@ -81,3 +81,41 @@ impl GgmlType {
         n / self.block_size() * self.block_bytes()
     }
 }
+
+/// ggml's name for a tensor type id, whether or not reprolm supports it (ids as in ggml.h).
+pub fn ggml_type_name(id: u32) -> Option<&'static str> {
+    const NAMES: [&str; 40] = [
+        "F32", "F16", "Q4_0", "Q4_1", "", "", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+        "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16",
+        "I32", "I64", "F64", "IQ1_M", "BF16", "", "", "", "TQ1_0", "TQ2_0", "", "", "", "MXFP4",
+    ];
+    NAMES.get(id as usize).copied().filter(|n| !n.is_empty())
+}
+
+/// "Q4_K (ggml type 12)", or "ggml type 99" for ids ggml does not define.
+pub fn describe_type_id(id: u32) -> String {
+    match ggml_type_name(id) {
+        Some(name) => format!("{name} (ggml type {id})"),
+        None => format!("ggml type {id}"),
+    }
+}
+
+/// The names of the supported types, for messages: "F32, F16, ...".
+pub fn supported_type_names() -> String {
+    GgmlType::ALL.map(GgmlType::name).join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ggml_names_agree_with_the_supported_types() {
+        for t in GgmlType::ALL {
+            assert_eq!(ggml_type_name(t.id()), Some(t.name()));
+        }
+        assert_eq!(describe_type_id(12), "Q4_K (ggml type 12)");
+        assert_eq!(describe_type_id(4), "ggml type 4");
+        assert_eq!(describe_type_id(1000), "ggml type 1000");
+    }
+}

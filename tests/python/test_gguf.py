@@ -156,6 +156,10 @@ def test_unknown_tensor_type_names_the_tensor(
     data[at : at + 4] = struct.pack("<I", 99)
     with pytest.raises(reprolm.UnknownTensorTypeError, match="token_embd.weight"):
         reprolm.Model.load(write(tmp_path, "type.gguf", bytes(data)))
+    # A K-quant is named as ggml names it, with what is supported instead.
+    data[at : at + 4] = struct.pack("<I", int(gguf.GGMLQuantizationType.Q4_K))
+    with pytest.raises(reprolm.UnknownTensorTypeError, match=r"Q4_K \(ggml type 12\).*supports F32, F16"):
+        reprolm.Model.load(write(tmp_path, "k.gguf", bytes(data)))
 
 
 def test_model_errors_are_reprolm_errors() -> None:
