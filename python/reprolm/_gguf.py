@@ -34,7 +34,8 @@ class GgufInfo:
 
 
 def inspect(path: Union[str, os.PathLike[str]]) -> GgufInfo:
-    """The metadata and tensor table of a GGUF file (the data is not read)."""
+    """The metadata and tensor table of a GGUF file (the data is not read). Tensors of types
+    reprolm cannot compute with (K-quants, ...) are listed too, under ggml's type names."""
     version, metadata, tensors = _core.gguf_info(Path(path))
     return GgufInfo(version, dict(metadata), [TensorEntry(n, t, tuple(s), b) for n, t, s, b in tensors])
 

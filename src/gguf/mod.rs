@@ -9,6 +9,6 @@ mod reader;
 mod value;
 mod writer;
 
-pub use reader::{GgufFile, TensorInfo};
+pub use reader::{ForeignTensor, GgufFile, TensorInfo};
 pub use value::{MetadataValue, ValueType};
 pub use writer::{GgufWriter, TensorSpec};

@@ -11,7 +11,7 @@ use memmap2::Mmap;
 
 use super::value::{MetadataValue, ValueType};
 use crate::error::{Error, Result};
-use crate::tensor::GgmlType;
+use crate::tensor::{ggml_type_info, GgmlType};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
@@ -38,6 +38,25 @@ impl TensorInfo {
     }
 }
 
+/// A tensor of a ggml type reprolm does not compute with (K-quants, ...): sized from ggml's
+/// block layout and bounds-checked like the others, so the file can be inspected, but never
+/// loaded. Asking for it by name is an [`Error::UnknownTensorType`].
+#[derive(Debug, Clone)]
+pub struct ForeignTensor {
+    pub name: String,
+    pub dims: Vec<u64>,
+    pub type_id: u32,
+    /// Absolute byte offset of the tensor's data in the file.
+    pub offset: usize,
+    pub n_bytes: usize,
+}
+
+/// A resolved tensor description: one reprolm can use, or one it can only describe.
+enum Resolved {
+    Supported(TensorInfo),
+    Foreign(ForeignTensor),
+}
+
 /// A parsed GGUF file: metadata and tensor infos decoded, tensor data left in the map.
 #[derive(Debug)]
 pub struct GgufFile {
@@ -49,6 +68,8 @@ pub struct GgufFile {
     metadata_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// Tensors of types reprolm does not support, in file order.
+    foreign: Vec<ForeignTensor>,
     alignment: u64,
     data_offset: usize,
 }
@@ -155,12 +176,19 @@ impl GgufFile {
 
         let mut tensors = Vec::with_capacity(raw_tensors.len());
         let mut tensor_index = HashMap::with_capacity(raw_tensors.len());
+        let mut foreign: Vec<ForeignTensor> = Vec::new();
+        let mut names = std::collections::HashSet::with_capacity(raw_tensors.len());
         for (name, dims, type_id, offset) in raw_tensors {
-            let info = resolve_tensor(name, dims, type_id, offset, alignment, data_offset, file_len)?;
-            if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
-                return Err(Error::Format(format!("duplicate tensor name '{}'", info.name)));
+            if !names.insert(name.clone()) {
+                return Err(Error::Format(format!("duplicate tensor name '{name}'")));
             }
-            tensors.push(info);
+            match resolve_tensor(name, dims, type_id, offset, alignment, data_offset, file_len)? {
+                Resolved::Supported(info) => {
+                    tensor_index.insert(info.name.clone(), tensors.len());
+                    tensors.push(info);
+                }
+                Resolved::Foreign(t) => foreign.push(t),
+            }
         }
 
         Ok(GgufFile {
@@ -171,6 +199,7 @@ impl GgufFile {
             metadata_index,
             tensors,
             tensor_index,
+            foreign,
             alignment,
             data_offset: data_offset as usize,
         })
@@ -213,6 +242,27 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// The tensors whose types reprolm does not support (they are not in [`Self::tensors`]).
+    pub fn foreign_tensors(&self) -> &[ForeignTensor] {
+        &self.foreign
+    }
+
+    /// The tensor `name` if the file has it: an error if its type is not supported.
+    pub fn usable_tensor(&self, name: &str) -> Result<Option<&TensorInfo>> {
+        match self.foreign.iter().find(|t| t.name == name) {
+            Some(t) => Err(Error::UnknownTensorType { tensor: t.name.clone(), type_id: t.type_id }),
+            None => Ok(self.tensor(name)),
+        }
+    }
+
+    /// An error naming the first tensor of an unsupported type, if any (for whole-file tools).
+    pub fn check_all_supported(&self) -> Result<()> {
+        match self.foreign.first() {
+            Some(t) => Err(Error::UnknownTensorType { tensor: t.name.clone(), type_id: t.type_id }),
+            None => Ok(()),
+        }
+    }
+
     /// The map itself, shared with whatever borrows tensor data beyond this file's lifetime.
     pub fn map(&self) -> &Arc<Mmap> {
         &self.map
@@ -251,9 +301,8 @@ fn resolve_tensor(
     alignment: u64,
     data_offset: u64,
     file_len: u64,
-) -> Result<TensorInfo> {
-    let ggml_type = GgmlType::from_id(type_id)
-        .ok_or_else(|| Error::UnknownTensorType { tensor: name.clone(), type_id })?;
+) -> Result<Resolved> {
+    let layout = ggml_type_info(type_id).ok_or_else(|| Error::UnknownTensorType { tensor: name.clone(), type_id })?;
     let mut n_elements: u64 = 1;
     for &d in &dims {
         if d == 0 {
@@ -264,15 +313,14 @@ fn resolve_tensor(
             .filter(|&n| n <= file_len.saturating_mul(8))
             .ok_or_else(|| Error::Format(format!("tensor '{name}' dimensions {dims:?} are too large")))?;
     }
-    let block = ggml_type.block_size() as u64;
+    let block = layout.block_size as u64;
     if !dims[0].is_multiple_of(block) {
         return Err(Error::Format(format!(
             "tensor '{name}' row length {} is not a multiple of the {} block size {block}",
-            dims[0],
-            ggml_type.name()
+            dims[0], layout.name
         )));
     }
-    let n_bytes = n_elements / block * ggml_type.block_bytes() as u64;
+    let n_bytes = n_elements / block * layout.block_bytes as u64;
     if !offset.is_multiple_of(alignment) {
         return Err(Error::Format(format!(
             "tensor '{name}' offset {offset} is not aligned to {alignment}"
@@ -281,12 +329,11 @@ fn resolve_tensor(
     let start = data_offset.checked_add(offset);
     let end = start.and_then(|s| s.checked_add(n_bytes));
     match (start, end) {
-        (Some(start), Some(end)) if end <= file_len => Ok(TensorInfo {
-            name,
-            dims,
-            ggml_type,
-            offset: start as usize,
-            n_bytes: n_bytes as usize,
+        (Some(start), Some(end)) if end <= file_len => Ok(match GgmlType::from_id(type_id) {
+            Some(ggml_type) => {
+                Resolved::Supported(TensorInfo { name, dims, ggml_type, offset: start as usize, n_bytes: n_bytes as usize })
+            }
+            None => Resolved::Foreign(ForeignTensor { name, dims, type_id, offset: start as usize, n_bytes: n_bytes as usize }),
         }),
         _ => Err(Error::Format(format!(
             "truncated: tensor '{name}' ({n_bytes} bytes at data offset {offset}) extends past the end of the {file_len}-byte file"

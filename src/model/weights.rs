@@ -112,7 +112,7 @@ impl LlamaWeights {
             })
             .collect::<Result<Vec<_>>>()?;
         let token_embd = matrix("token_embd.weight", vocab, d)?;
-        let output = match file.tensor("output.weight") {
+        let output = match file.usable_tensor("output.weight")? {
             Some(_) => matrix("output.weight", vocab, d)?,
             None => token_embd.clone(),
         };
@@ -147,7 +147,7 @@ impl LlamaWeights {
 }
 
 fn tensor<'a>(file: &'a GgufFile, name: &str) -> Result<&'a TensorInfo> {
-    file.tensor(name).ok_or_else(|| Error::Model(format!("missing tensor '{name}'")))
+    file.usable_tensor(name)?.ok_or_else(|| Error::Model(format!("missing tensor '{name}'")))
 }
 
 fn check_shape(info: &TensorInfo, expected: &[usize]) -> Result<()> {

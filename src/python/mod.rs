@@ -18,7 +18,7 @@ use pyo3::types::PyBytes;
 use crate::engine::{Engine, LoadOptions};
 use crate::error::Error;
 use crate::gguf::GgufFile;
-use crate::tensor::{dequantize_row, GgmlType};
+use crate::tensor::{dequantize_row, ggml_type_info, GgmlType};
 use errors::IntoPyResult;
 
 /// A loaded model (see `reprolm.Model` for the documented Python API).
@@ -158,12 +158,18 @@ impl PyEngine {
 fn gguf_info(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(u32, Vec<(String, String)>, Vec<(String, String, Vec<u64>, usize)>)> {
     let file = py.detach(|| GgufFile::open(&path)).py()?;
     let metadata = file.metadata().iter().map(|(k, v)| (k.clone(), v.summary())).collect();
-    let tensors = file
+    // Every tensor in data order, those of types reprolm cannot compute with included.
+    let mut tensors: Vec<_> = file
         .tensors()
         .iter()
-        .map(|t| (t.name.clone(), t.ggml_type.name().to_string(), t.dims.clone(), t.n_bytes))
+        .map(|t| (t.offset, (t.name.clone(), t.ggml_type.name().to_string(), t.dims.clone(), t.n_bytes)))
+        .chain(file.foreign_tensors().iter().map(|t| {
+            let ty = ggml_type_info(t.type_id).map_or("?", |i| i.name);
+            (t.offset, (t.name.clone(), ty.to_string(), t.dims.clone(), t.n_bytes))
+        }))
         .collect();
-    Ok((file.version(), metadata, tensors))
+    tensors.sort_by_key(|(offset, _)| *offset);
+    Ok((file.version(), metadata, tensors.into_iter().map(|(_, t)| t).collect()))
 }
 
 /// Dequantizes raw ggml data of type `type_id` (ggml's numbering) to float32.

@@ -38,6 +38,8 @@ use crate::tensor::{dequantize_row, GgmlType};
 /// Quantizes the GGUF model `src` into `dst` (see the module docs) and reports the error.
 pub fn quantize_file(src: &Path, dst: &Path, options: &QuantizeOptions) -> Result<QuantizeReport> {
     let file = GgufFile::open(src)?;
+    // Every tensor is rewritten: one this cannot read would be silently dropped.
+    file.check_all_supported()?;
     check_distinct(src, dst)?;
     let plan = plan::quantize_plan(&file, options);
     let quantized = plan.iter().any(|t| t.is_quantized());
@@ -57,6 +59,8 @@ pub fn convert_file(src: &Path, dst: &Path, to: GgmlType) -> Result<()> {
         return Err(Error::invalid_argument("to", format!("'{}' is not one of f32, f16", to.name())));
     }
     let file = GgufFile::open(src)?;
+    // Every tensor is rewritten: one this cannot read would be silently dropped.
+    file.check_all_supported()?;
     check_distinct(src, dst)?;
     let plan = plan::convert_plan(&file, to);
     let metadata = plan::output_metadata(&file, plan::file_type(to), false);

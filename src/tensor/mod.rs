@@ -82,20 +82,42 @@ impl GgmlType {
     }
 }
 
-/// ggml's name for a tensor type id, whether or not reprolm supports it (ids as in ggml.h).
-pub fn ggml_type_name(id: u32) -> Option<&'static str> {
-    const NAMES: [&str; 40] = [
-        "F32", "F16", "Q4_0", "Q4_1", "", "", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-        "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16",
-        "I32", "I64", "F64", "IQ1_M", "BF16", "", "", "", "TQ1_0", "TQ2_0", "", "", "", "MXFP4",
-    ];
-    NAMES.get(id as usize).copied().filter(|n| !n.is_empty())
+/// What ggml says of one of its tensor types: enough to size and name tensors of types
+/// reprolm does not compute with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GgmlTypeInfo {
+    pub id: u32,
+    pub name: &'static str,
+    /// Values per block.
+    pub block_size: usize,
+    /// Bytes per block.
+    pub block_bytes: usize,
+}
+
+/// Every tensor type ggml defines (ggml.h; sizes as the `gguf` package lists them).
+const GGML_TYPES: [(u32, &str, usize, usize); 34] = [
+    (0, "F32", 1, 4), (1, "F16", 1, 2), (2, "Q4_0", 32, 18), (3, "Q4_1", 32, 20), (6, "Q5_0", 32, 22),
+    (7, "Q5_1", 32, 24), (8, "Q8_0", 32, 34), (9, "Q8_1", 32, 40), (10, "Q2_K", 256, 84),
+    (11, "Q3_K", 256, 110), (12, "Q4_K", 256, 144), (13, "Q5_K", 256, 176), (14, "Q6_K", 256, 210),
+    (15, "Q8_K", 256, 292), (16, "IQ2_XXS", 256, 66), (17, "IQ2_XS", 256, 74), (18, "IQ3_XXS", 256, 98),
+    (19, "IQ1_S", 256, 50), (20, "IQ4_NL", 32, 18), (21, "IQ3_S", 256, 110), (22, "IQ2_S", 256, 82),
+    (23, "IQ4_XS", 256, 136), (24, "I8", 1, 1), (25, "I16", 1, 2), (26, "I32", 1, 4), (27, "I64", 1, 8),
+    (28, "F64", 1, 8), (29, "IQ1_M", 256, 56), (30, "BF16", 1, 2), (34, "TQ1_0", 256, 54),
+    (35, "TQ2_0", 256, 66), (39, "MXFP4", 32, 17), (40, "NVFP4", 64, 36), (41, "Q1_0", 128, 18),
+];
+
+/// ggml's description of tensor type `id`, whether or not reprolm supports it.
+pub fn ggml_type_info(id: u32) -> Option<GgmlTypeInfo> {
+    GGML_TYPES
+        .iter()
+        .find(|t| t.0 == id)
+        .map(|&(id, name, block_size, block_bytes)| GgmlTypeInfo { id, name, block_size, block_bytes })
 }
 
 /// "Q4_K (ggml type 12)", or "ggml type 99" for ids ggml does not define.
 pub fn describe_type_id(id: u32) -> String {
-    match ggml_type_name(id) {
-        Some(name) => format!("{name} (ggml type {id})"),
+    match ggml_type_info(id) {
+        Some(t) => format!("{} (ggml type {id})", t.name),
         None => format!("ggml type {id}"),
     }
 }
@@ -110,9 +132,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ggml_names_agree_with_the_supported_types() {
+    fn ggml_table_agrees_with_the_supported_types() {
         for t in GgmlType::ALL {
-            assert_eq!(ggml_type_name(t.id()), Some(t.name()));
+            let info = ggml_type_info(t.id()).unwrap();
+            assert_eq!((info.name, info.block_size, info.block_bytes), (t.name(), t.block_size(), t.block_bytes()));
         }
         assert_eq!(describe_type_id(12), "Q4_K (ggml type 12)");
         assert_eq!(describe_type_id(4), "ggml type 4");

@@ -156,10 +156,34 @@ def test_unknown_tensor_type_names_the_tensor(
     data[at : at + 4] = struct.pack("<I", 99)
     with pytest.raises(reprolm.UnknownTensorTypeError, match="token_embd.weight"):
         reprolm.Model.load(write(tmp_path, "type.gguf", bytes(data)))
-    # A K-quant is named as ggml names it, with what is supported instead.
-    data[at : at + 4] = struct.pack("<I", int(gguf.GGMLQuantizationType.Q4_K))
-    with pytest.raises(reprolm.UnknownTensorTypeError, match=r"Q4_K \(ggml type 12\).*supports F32, F16"):
-        reprolm.Model.load(write(tmp_path, "k.gguf", bytes(data)))
+    # A type ggml defines is named as ggml names it, with what is supported instead.
+    data[at : at + 4] = struct.pack("<I", int(gguf.GGMLQuantizationType.Q5_0))
+    with pytest.raises(reprolm.UnknownTensorTypeError, match=r"token_embd.*Q5_0 \(ggml type 6\).*supports F32, F16"):
+        reprolm.Model.load(write(tmp_path, "q5.gguf", bytes(data)))
+
+
+def test_files_with_k_quants_can_be_inspected_but_not_loaded_or_rewritten(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("norm.weight", np.arange(8, dtype=np.float32))
+    q4k = gguf.GGMLQuantizationType.Q4_K  # blocks of 256 values in 144 bytes
+    w.add_tensor("blk.0.ffn_down.weight", np.zeros((3, 2 * 144), dtype=np.uint8), raw_dtype=q4k)
+    w.add_tensor("tail.weight", np.ones(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    info = reprolm.inspect(path)
+    assert [(t.name, t.type, t.shape, t.n_bytes) for t in info.tensors] == [
+        ("norm.weight", "F32", (8,), 32),
+        ("blk.0.ffn_down.weight", "Q4_K", (512, 3), 3 * 2 * 144),
+        ("tail.weight", "F32", (4,), 16),
+    ]
+    for rewrite in (lambda: reprolm.convert(path, tmp_path / "out.gguf", to="f16"),
+                    lambda: reprolm.quantize(path, tmp_path / "out.gguf", type="q8_0")):
+        with pytest.raises(reprolm.UnknownTensorTypeError, match="blk.0.ffn_down.weight.*Q4_K"):
+            rewrite()
+    assert not (tmp_path / "out.gguf").exists()
 
 
 def test_model_errors_are_reprolm_errors() -> None:
