@@ -191,6 +191,15 @@ class Session:
         stop: list[str],
         steps: bool = False,
     ) -> tuple[list[int], str, Literal["eos", "length", "stop"], list[float], list[_StepTuple]]: ...
+    def stream(
+        self,
+        ids: list[int],
+        *,
+        max_tokens: int,
+        sampler: SamplerConfig,
+        stop_token_ids: list[int],
+        stop: list[str],
+    ) -> Stream: ...
 
 @final
 class Stream:
@@ -209,6 +218,7 @@ class Stream:
     def __next__(
         self,
     ) -> tuple[str, list[int], Optional[Literal["eos", "length", "stop"]], list[float]]: ...
+    def close(self) -> None: ...
 
 def generate(
     engine: Engine,

@@ -97,6 +97,15 @@ def _decode_options(
     )
 
 
+def _chunks(core: _core.Stream) -> Iterator[Chunk]:
+    """The stream's chunks; closing this generator (or dropping it) closes the stream."""
+    try:
+        for text, token_ids, reason, logprobs in core:
+            yield Chunk(text, token_ids, reason, logprobs)
+    finally:
+        core.close()
+
+
 def _is_batch(prompt: Union[Prompt, Sequence[Prompt]]) -> bool:
     """A batch is a non-empty sequence whose items are prompts rather than token ids."""
     if isinstance(prompt, str) or len(prompt) == 0:
@@ -338,8 +347,7 @@ class Model:
         skip_end_token_text: bool,
     ) -> Iterator[Chunk]:
         options = _decode_options(max_tokens, sampler, stop, stop_token_ids, skip_end_token_text)
-        core = _core.Stream(self._engine, ids, **options)
-        return (Chunk(text, token_ids, reason, logprobs) for text, token_ids, reason, logprobs in core)
+        return _chunks(_core.Stream(self._engine, ids, **options))
 
     @property
     def chat_template(self) -> Optional[str]:
@@ -513,6 +521,26 @@ class Session:
         )
         infos = [StepInfo._from_core(s) for s in steps]
         return Completion(text, out_ids, reason, ids, lps, infos)
+
+    def stream(
+        self,
+        prompt: Prompt,
+        *,
+        max_tokens: int = 256,
+        sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
+        stop_token_ids: Sequence[int] = (),
+        special: bool = True,
+    ) -> Iterator[Chunk]:
+        """:meth:`generate` on this session, yielding :class:`Chunk` s as :meth:`Model.stream`
+        does (the same chunks as a fresh stream of the same prompt). The session is busy (its
+        other methods raise RuntimeError) until the last chunk has been returned or the
+        iterator is closed (``close()``) or dropped. Arguments are checked when this is called."""
+        core = self._core.stream(
+            self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
+            sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
+        )
+        return _chunks(core)
 
     def __repr__(self) -> str:
         return (f"Session(tokens={len(self.tokens)}, context_length={self.context_length}, "

@@ -178,7 +178,7 @@ fn dequantize<'py>(py: Python<'py>, type_id: u32, data: &[u8]) -> PyResult<Bound
     let ty = GgmlType::from_id(type_id)
         .ok_or_else(|| Error::UnknownTensorType { tensor: "<bytes>".into(), type_id })
         .py()?;
-    if data.len() % ty.block_bytes() != 0 {
+    if !data.len().is_multiple_of(ty.block_bytes()) {
         return Err(Error::invalid_argument("data", format!("{} bytes is not whole {} blocks", data.len(), ty.name()))).py();
     }
     let mut out = vec![0f32; data.len() / ty.block_bytes() * ty.block_size()];

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
 use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
+use super::stream::{step, PyStream};
 use super::{token_ids, PyEngine};
 use crate::decode::stream::{Generator, StopConditions};
 use crate::engine::{Session, SessionOptions};
@@ -27,7 +28,7 @@ pub struct PySession {
 }
 
 fn busy() -> PyErr {
-    PyRuntimeError::new_err("the session is generating (in another thread)")
+    PyRuntimeError::new_err("the session is generating (an open stream, or another thread)")
 }
 
 impl PySession {
@@ -53,17 +54,34 @@ impl PySession {
         self.guard().take().ok_or_else(busy)
     }
 
-    fn put_back(&self, session: Session) {
+    /// Validates a generation's arguments and takes the session out into its generator
+    /// (putting it back if the generation cannot start).
+    fn start(
+        &self,
+        ids: Vec<i64>,
+        max_tokens: i64,
+        sampler: &PySamplerConfig,
+        stop_token_ids: Vec<i64>,
+        stop: Vec<String>,
+    ) -> PyResult<Generator> {
+        let engine = self.get(|s| Arc::clone(s.engine()))?;
+        let ids = token_ids(&engine, ids)?;
+        let stop_token_ids = token_ids(&engine, stop_token_ids)?;
+        let max_tokens = non_negative("max_tokens", max_tokens)?;
+        let sampler = Sampler::new(sampler.config.clone(), engine.config().vocab_size).py()?;
+        let stop = StopConditions { max_tokens, stop_token_ids, stop_strings: stop, skip_end_token_text: false };
+        Generator::try_new(self.take()?, &ids, sampler, stop).map_err(|failed| {
+            let (e, session) = *failed;
+            self.put_back(session);
+            e
+        }).py()
+    }
+
+    pub(super) fn put_back(&self, session: Session) {
         *self.guard() = Some(session);
     }
 }
 
-/// One generation step with the GIL released, after giving pending signals (Ctrl-C) their
-/// chance.
-fn step(py: Python<'_>, generator: &mut Generator) -> PyResult<Option<crate::decode::stream::Step>> {
-    py.check_signals()?;
-    py.detach(|| generator.next_step()).py()
-}
 
 fn non_negative(name: &str, v: i64) -> PyResult<usize> {
     usize::try_from(v).map_err(|_| Error::invalid_argument(name, format!("must be >= 0, got {v}"))).py()
@@ -171,20 +189,7 @@ impl PySession {
         stop: Vec<String>,
         steps: bool,
     ) -> PyResult<Generated> {
-        let engine = self.get(|s| Arc::clone(s.engine()))?;
-        let ids = token_ids(&engine, ids)?;
-        let stop_token_ids = token_ids(&engine, stop_token_ids)?;
-        let max_tokens = non_negative("max_tokens", max_tokens)?;
-        let sampler = Sampler::new(sampler.config.clone(), engine.config().vocab_size).py()?;
-        let stop = StopConditions { max_tokens, stop_token_ids, stop_strings: stop, skip_end_token_text: false };
-        let mut generator = match Generator::try_new(self.take()?, &ids, sampler, stop) {
-            Ok(g) => g,
-            Err(failed) => {
-                let (e, session) = *failed;
-                self.put_back(session);
-                return Err(e).py();
-            }
-        };
+        let mut generator = self.start(ids, max_tokens, sampler, stop_token_ids, stop)?;
         let (mut text, mut logprobs, mut stats) = (String::new(), Vec::new(), Vec::new());
         let result = loop {
             match step(py, &mut generator) {
@@ -205,5 +210,20 @@ impl PySession {
         result?;
         let reason = finish.expect("a generator that returns None has finished").reason();
         Ok((ids, text, reason, logprobs, stats))
+    }
+
+    /// `generate` as a stream of chunks (`Stream`); the session is busy until the stream has
+    /// returned its last chunk, is closed or is dropped.
+    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop))]
+    fn stream(
+        slf: &Bound<'_, Self>,
+        ids: Vec<i64>,
+        max_tokens: i64,
+        sampler: &PySamplerConfig,
+        stop_token_ids: Vec<i64>,
+        stop: Vec<String>,
+    ) -> PyResult<PyStream> {
+        let generator = slf.get().start(ids, max_tokens, sampler, stop_token_ids, stop)?;
+        Ok(PyStream::on_session(generator, slf.clone().unbind()))
     }
 }

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
 use super::sampling::PySamplerConfig;
+use super::session::PySession;
 use super::{token_ids, PyEngine};
 use crate::decode::stream::{Finish, Generator, Step, StopConditions};
 use crate::engine::{Engine, Session};
@@ -84,17 +85,40 @@ fn chunk(step: Step) -> Chunk {
 }
 
 /// Runs one step with the GIL released, after giving pending signals (Ctrl-C) their chance.
-fn step(py: Python<'_>, generator: &mut Generator) -> PyResult<Option<Step>> {
+pub(super) fn step(py: Python<'_>, generator: &mut Generator) -> PyResult<Option<Step>> {
     py.check_signals()?;
     py.detach(|| generator.next_step()).py()
 }
 
-/// Iterator over the chunks of one generation (see `reprolm.Model.stream`).
+/// Iterator over the chunks of one generation (see `reprolm.Model.stream`, `Session.stream`).
 #[pyclass(name = "Stream", module = "reprolm._core")]
-struct PyStream {
-    generator: Generator,
+pub(super) struct PyStream {
+    /// `None` once an owning session has been given its session back.
+    generator: Option<Generator>,
     /// The chunk with the finish reason has been returned.
     done: bool,
+    /// The `Session` whose session the generator holds until the stream ends or is dropped.
+    owner: Option<Py<PySession>>,
+}
+
+impl PyStream {
+    /// A stream on a session taken out of `owner`, which gets it back when the stream ends.
+    pub(super) fn on_session(generator: Generator, owner: Py<PySession>) -> Self {
+        PyStream { generator: Some(generator), done: false, owner: Some(owner) }
+    }
+
+    /// Gives the owner its session back (after the last chunk, or when the stream is dropped).
+    fn release(&mut self) {
+        if let (Some(owner), Some(generator)) = (&self.owner, self.generator.take()) {
+            owner.get().put_back(generator.into_session());
+        }
+    }
+}
+
+impl Drop for PyStream {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 #[pymethods]
@@ -114,7 +138,7 @@ impl PyStream {
     ) -> PyResult<Self> {
         let request = Request::new(engine, vec![ids], max_tokens, sampler, stop_token_ids, stop, skip_end_token_text)?;
         let generator = py.detach(|| request.generator(0, None)).py()?;
-        Ok(PyStream { generator, done: false })
+        Ok(PyStream { generator: Some(generator), done: false, owner: None })
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -122,10 +146,10 @@ impl PyStream {
     }
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Chunk>> {
-        if self.done {
+        let Some(generator) = self.generator.as_mut().filter(|_| !self.done) else {
             return Ok(None);
-        }
-        match step(py, &mut self.generator) {
+        };
+        let next = match step(py, generator) {
             Ok(Some(step)) => {
                 self.done = step.finish.is_some();
                 Ok(Some(chunk(step)))
@@ -133,7 +157,7 @@ impl PyStream {
             // Finished before any token (max_tokens = 0): one empty chunk carries the reason.
             Ok(None) => {
                 self.done = true;
-                Ok(self.generator.finish().map(|f| (String::new(), Vec::new(), Some(f.reason()), Vec::new())))
+                Ok(generator.finish().map(|f| (String::new(), Vec::new(), Some(f.reason()), Vec::new())))
             }
             Err(e) => {
                 // A KeyboardInterrupt leaves the generator intact: iterating again resumes.
@@ -142,7 +166,17 @@ impl PyStream {
                 }
                 Err(e)
             }
+        };
+        if self.done {
+            self.release();
         }
+        next
+    }
+
+    /// Ends the stream now; a session's stream gives the session back.
+    fn close(&mut self) {
+        self.done = true;
+        self.release();
     }
 }
 

@@ -128,3 +128,48 @@ def test_stop_token_ids_report_stop(model: reprolm.Model, paris: dict[str, Any])
     assert (got.token_ids, got.text, got.finish_reason) == (paris["greedy_ids"][:5], " Paris.\n\nThe", "stop")
     chunks = list(model.stream(paris["prompt_ids"], max_tokens=30, stop_token_ids=[504]))
     assert chunks[-1].finish_reason == "stop" and chunks[-1].token_ids == [504]
+
+
+# Streaming on a session ------------------------------------------------------------------
+
+
+def test_session_stream_gives_the_chunks_of_a_fresh_stream_and_keeps_the_cache(model: reprolm.Model) -> None:
+    sampler = reprolm.Sampler(temperature=0.9, top_p=0.95, seed=5)
+    prompt = model.tokenize(PROMPTS[0], special=True)
+    fresh = list(model.stream(prompt, max_tokens=12, sampler=sampler))
+    session = model.session(context_length=256)
+    session.prefill(prompt[:5])  # a cached prefix, reused
+    chunks = list(session.stream(prompt, max_tokens=12, sampler=sampler))
+    assert chunks == fresh
+    generated = [i for c in chunks for i in c.token_ids]
+    assert session.tokens == prompt + generated[:-1]
+    # The next turn reuses the whole cache and continues like a fresh generation.
+    turn2 = prompt + generated + model.tokenize("\nMore:")
+    assert session.generate(turn2, max_tokens=6).token_ids == model.generate(turn2, max_tokens=6).token_ids
+
+
+def test_session_is_busy_while_a_stream_is_open(model: reprolm.Model) -> None:
+    prompt = model.tokenize("The capital of France is")
+    session = model.session(context_length=64)
+    stream = session.stream(prompt, max_tokens=8)
+    first = next(stream)
+    with pytest.raises(RuntimeError, match="generating"):
+        session.step(1)
+    with pytest.raises(RuntimeError, match="generating"):
+        session.stream(prompt, max_tokens=2)
+    stream.close()  # closing mid-way gives the session back, holding what was computed
+    assert session.tokens == prompt + first.token_ids[:-1]  # the last id was never fed
+    session.truncate(len(prompt))
+    assert [c.token_ids for c in session.stream(prompt, max_tokens=3)][0] == first.token_ids[:1]
+    abandoned = session.stream(prompt, max_tokens=3)
+    del abandoned  # dropping an unstarted stream also gives the session back
+    assert session.generate(prompt, max_tokens=1).token_ids == first.token_ids[:1]
+
+
+def test_session_stream_checks_arguments_when_called(model: reprolm.Model) -> None:
+    session = model.session(context_length=16)
+    with pytest.raises(reprolm.EmptyPromptError):
+        session.stream([], max_tokens=2)
+    with pytest.raises(reprolm.InvalidArgumentError):
+        session.stream([1, 2], max_tokens=-1)
+    assert session.generate([1, 2], max_tokens=1).finish_reason in ("length", "eos")
