@@ -30,7 +30,6 @@ __all__ = [
     "quantize_row",
     "CallableModel",
     "engine_beam_search",
-    "engine_generate",
     "__version__",
 ]
 
@@ -122,15 +121,6 @@ class CallableModel:
         self, prompt_ids: list[int], *, beam_width: int, max_tokens: int, length_penalty: float
     ) -> list[_BeamTuple]: ...
 
-def engine_generate(
-    engine: Engine,
-    ids: list[int],
-    *,
-    max_tokens: int,
-    sampler: SamplerConfig,
-    stop_token_ids: list[int],
-    steps: bool,
-) -> _GenerationTuple: ...
 def engine_beam_search(
     engine: Engine, ids: list[int], *, beam_width: int, max_tokens: int, length_penalty: float
 ) -> list[_BeamTuple]: ...

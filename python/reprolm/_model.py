@@ -263,26 +263,33 @@ class Model:
 
         With ``logprobs=N`` (N >= 0) the completion's ``steps`` report, for every token, its
         log-probability, the entropy and removed mass of the distribution it was drawn from,
-        and the N most probable alternatives (see :class:`StepInfo`); this is available for
-        single prompts without ``stop`` strings.
+        and the N most probable alternatives (see :class:`StepInfo`).
         """
-        alternatives = _alternatives_count(logprobs)
-        if alternatives is not None:
-            if _is_batch(prompt) or _stop_list(stop):
-                raise InvalidArgumentError("logprobs: only for a single prompt without stop strings")
-            ids = self._prompt_ids(cast(Prompt, prompt), special)
-            step_sampler = dataclasses.replace(sampler or Sampler.greedy(), top_logprobs=alternatives)
-            out_ids, reason, steps = _core.engine_generate(
-                self._engine, ids, max_tokens=max_tokens, sampler=step_sampler._core,
-                stop_token_ids=list(stop_token_ids), steps=True,
-            )
-            infos = [StepInfo._from_core(s) for s in steps]
-            return Completion(self.detokenize(out_ids), out_ids, reason, ids, [i.logprob for i in infos], infos)
-        if _is_batch(prompt):
-            prompts = [self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)]
-            return self._generate(prompts, max_tokens, sampler, stop, stop_token_ids, False)
-        ids = self._prompt_ids(cast(Prompt, prompt), special)
-        return self._generate([ids], max_tokens, sampler, stop, stop_token_ids, False)[0]
+        with_steps = _alternatives_count(logprobs) is not None
+        batch = _is_batch(prompt)
+        prompts = ([self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)] if batch
+                   else [self._prompt_ids(cast(Prompt, prompt), special)])
+        if with_steps:
+            completions = self._generate_with_steps(prompts, max_tokens, sampler, stop, stop_token_ids, logprobs)
+        else:
+            completions = self._generate(prompts, max_tokens, sampler, stop, stop_token_ids, False)
+        return completions if batch else completions[0]
+
+    def _generate_with_steps(
+        self,
+        prompts: list[list[int]],
+        max_tokens: int,
+        sampler: Optional[Sampler],
+        stop: Union[str, Sequence[str]],
+        stop_token_ids: Sequence[int],
+        logprobs: Optional[int],
+    ) -> list[Completion]:
+        """Generation with per-step statistics, through :meth:`Session.generate` on one session
+        (whose cached shared prefix each prompt reuses): the same bits as :meth:`_generate`."""
+        needed = max(len(p) for p in prompts) + max(max_tokens, 0)
+        session = self.session(context_length=max(1, min(needed, self.config.context_length)))
+        return [session.generate(p, max_tokens=max_tokens, sampler=sampler, stop=stop,
+                                 stop_token_ids=stop_token_ids, logprobs=logprobs) for p in prompts]
 
     def _generate(
         self,
@@ -509,8 +516,6 @@ class Session:
         and leaves the session usable (holding what was computed)."""
         alternatives = _alternatives_count(logprobs)
         stops = _stop_list(stop)
-        if alternatives is not None and stops:
-            raise InvalidArgumentError("logprobs: only for a single prompt without stop strings")
         ids = self._model._prompt_ids(prompt, special)
         step_sampler = sampler or Sampler.greedy()
         if alternatives is not None:

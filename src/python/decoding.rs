@@ -108,30 +108,6 @@ fn session_for(engine: &Arc<crate::engine::Engine>, prompt_len: usize, max_token
     Session::new(Arc::clone(engine), needed)
 }
 
-/// `Engine.generate` with the statistics of every step (when `steps` is true):
-/// (ids, finish reason, [(token, logprob, entropy, removed mass, alternatives)]).
-#[pyfunction]
-#[pyo3(signature = (engine, ids, *, max_tokens, sampler, stop_token_ids, steps))]
-fn engine_generate(
-    py: Python<'_>,
-    engine: &PyEngine,
-    ids: Vec<i64>,
-    max_tokens: i64,
-    sampler: &PySamplerConfig,
-    stop_token_ids: Vec<i64>,
-    steps: bool,
-) -> PyResult<GenerationTuple> {
-    let engine = Arc::clone(&engine.engine);
-    let args = GenerateArgs::new(engine.config().vocab_size, ids, max_tokens, sampler, stop_token_ids).py()?;
-    let generation = py
-        .detach(|| {
-            let mut session = session_for(&engine, args.prompt.len(), args.max_tokens)?;
-            args.run(&mut session)
-        })
-        .py()?;
-    Ok(generation_tuple(generation, steps))
-}
-
 /// Beam search on a loaded model: [(ids, logprob, score, finished)] ranked by score.
 #[pyfunction]
 #[pyo3(signature = (engine, ids, *, beam_width, max_tokens, length_penalty))]
@@ -336,7 +312,6 @@ impl PyCallableModel {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCallableModel>()?;
-    m.add_function(wrap_pyfunction!(engine_generate, m)?)?;
     m.add_function(wrap_pyfunction!(engine_beam_search, m)?)?;
     Ok(())
 }

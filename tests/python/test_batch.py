@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,12 @@ def test_batch_equals_single(model: reprolm.Model, generations: list[dict[str, A
         assert np.array_equal(np.array(got.logprobs).view(np.uint64), np.array(alone.logprobs).view(np.uint64))
         assert all(lp < 0 for lp in got.logprobs)
     assert batch[0] == batch[4]
+    # With per-step statistics: the same completions, one StepInfo per token.
+    with_steps = model.generate(prompts, max_tokens=10, sampler=sampler, stop=["\n\n"], logprobs=3)
+    assert isinstance(with_steps, list)
+    for got, plain in zip(with_steps, batch):
+        assert dataclasses.replace(got, steps=[]) == plain and [s.token_id for s in got.steps] == got.token_ids
+        assert [s.logprob for s in got.steps] == got.logprobs and all(len(s.alternatives) == 3 for s in got.steps)
 
 
 def test_batch_greedy_matches_reference(model: reprolm.Model, generations: list[dict[str, Any]]) -> None:

@@ -143,8 +143,10 @@ def test_session_generate_takes_model_generates_options(model1: reprolm.Model) -
         assert got == model1.generate(prompt, **kwargs), kwargs
         assert got.steps == model1.generate(prompt, **kwargs).steps
     assert len(got.token_ids) == 0 and got.finish_reason == "length"
-    with pytest.raises(reprolm.InvalidArgumentError):
-        session.generate(prompt, max_tokens=4, stop="x", logprobs=2)
+    # Statistics with stop strings: one StepInfo per token, up to the stop.
+    got = session.generate(prompt, max_tokens=40, stop=["\n", "sea"], logprobs=2)
+    assert got == model1.generate(prompt, max_tokens=40, stop=["\n", "sea"], logprobs=2)
+    assert [s.token_id for s in got.steps] == got.token_ids
 
 
 def test_session_generate_stops_on_ctrl_c_and_stays_usable(model1: reprolm.Model) -> None:
