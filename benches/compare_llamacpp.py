@@ -1,6 +1,6 @@
 """Side-by-side speed of reprolm and llama.cpp (llama-cpp-python) on the same GGUF file.
 
-    python benches/compare_llamacpp.py [--model PATH] [--rounds 5] [--threads 1 2]
+    python benches/compare_llamacpp.py [--model PATH] [--rounds 5] [--threads 1 2] [--precision int8]
 
 Installs nothing. llama-cpp-python must already be importable, e.g.
 ``pip install llama-cpp-python`` (it compiles llama.cpp; set ``CMAKE_ARGS=-DGGML_NATIVE=ON``).
@@ -17,6 +17,7 @@ for ``--rounds`` rounds after one warm-up round, at each thread count. Both deco
 
 Prints the median of each, and the median of the per-round ratios reprolm / llama.cpp
 (speeds: higher is better for reprolm; load and RSS: lower is better for reprolm).
+``--precision int8`` runs reprolm with int8 activations (the default is float32).
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ def prompt_ids(n: int, vocab: int) -> list[int]:
     return [100 + (i * 7919) % (vocab - 200) for i in range(n)]
 
 
-def run_reprolm(model_path: str, threads: int) -> dict[str, float]:
+def run_reprolm(model_path: str, threads: int, precision: str) -> dict[str, float]:
     import numpy as np
 
     import reprolm
 
     t0 = time.perf_counter()
-    model = reprolm.Model.load(model_path, threads=threads)
+    model = reprolm.Model.load(model_path, threads=threads, **({"precision": precision} if precision != "float32" else {}))
     load = time.perf_counter() - t0
     vocab = model.config.vocab_size
 
@@ -70,7 +71,7 @@ def run_reprolm(model_path: str, threads: int) -> dict[str, float]:
     return {"load": load, "prefill": prefill, "decode": decode, "ttft": ttft}
 
 
-def run_llamacpp(model_path: str, threads: int) -> dict[str, float]:
+def run_llamacpp(model_path: str, threads: int, precision: str) -> dict[str, float]:
     import llama_cpp
     import numpy as np
 
@@ -101,18 +102,19 @@ def run_llamacpp(model_path: str, threads: int) -> dict[str, float]:
     return {"load": load, "prefill": prefill, "decode": decode, "ttft": ttft}
 
 
-ENGINES: dict[str, Callable[[str, int], dict[str, float]]] = {"reprolm": run_reprolm, "llama.cpp": run_llamacpp}
+ENGINES: dict[str, Callable[[str, int, str], dict[str, float]]] = {"reprolm": run_reprolm, "llama.cpp": run_llamacpp}
 
 
-def worker(engine: str, model_path: str, threads: int) -> None:
-    result: dict[str, Any] = ENGINES[engine](model_path, threads)
+def worker(engine: str, model_path: str, threads: int, precision: str) -> None:
+    result: dict[str, Any] = ENGINES[engine](model_path, threads, precision)
     result["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
 
-def measure(engine: str, model_path: str, threads: int) -> dict[str, float]:
+def measure(engine: str, model_path: str, threads: int, precision: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--worker", engine, "--model", model_path, "--threads", str(threads)],
+        [sys.executable, __file__, "--worker", engine, "--model", model_path, "--threads", str(threads),
+         "--precision", precision],
         check=True, capture_output=True, text=True,
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -130,6 +132,7 @@ def main() -> None:
     parser.add_argument("--model", help="GGUF file (default: reprolm's default model)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--precision", choices=["float32", "int8"], default="float32", help="reprolm's precision")
     parser.add_argument("--worker", choices=list(ENGINES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.model is None:
@@ -137,19 +140,20 @@ def main() -> None:
 
         args.model = str(reprolm.default_model_path())
     if args.worker:
-        worker(args.worker, args.model, args.threads[0])
+        worker(args.worker, args.model, args.threads[0], args.precision)
         return
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
         sys.exit("llama-cpp-python is not installed: pip install llama-cpp-python "
                  "(builds llama.cpp; CMAKE_ARGS=-DGGML_NATIVE=ON for this CPU)")
-    print(f"model: {args.model}; {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, A B alternating")
+    print(f"model: {args.model}; {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, A B alternating;"
+          f" reprolm precision {args.precision}")
     for threads in args.threads:
         results: dict[str, list[dict[str, float]]] = {e: [] for e in ENGINES}
         for round_ in range(args.rounds + 1):
             for engine in ENGINES:
-                r = measure(engine, args.model, threads)
+                r = measure(engine, args.model, threads, args.precision)
                 if round_ > 0:
                     results[engine].append(r)
         print(f"\nthreads = {threads}")
