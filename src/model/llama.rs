@@ -306,4 +306,3 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
         }
     }
 }
-

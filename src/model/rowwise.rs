@@ -4,8 +4,7 @@
 
 use std::sync::Mutex;
 
-use crate::kernels::elementwise;
-use crate::kernels::{group_sums, group_sums_len, Isa};
+use crate::kernels::{elementwise, group_sums, group_sums_len, Isa};
 use crate::threads::{split, ThreadPool};
 
 /// Tokens below which a chunk is not worth a hand-off.
@@ -48,8 +47,8 @@ pub fn residual_norm(
     });
 }
 
-/// For each of `t_n` tokens: `gate_t = silu(gate_t) * up_t` ([`elementwise::swiglu`]) and `gs_t` = its group sums.
-/// Buffers are [T][width] (`gs`: [T][group_sums_len(width)]).
+/// For each of `t_n` tokens: `gate_t = silu(gate_t) * up_t` ([`elementwise::swiglu`]) and
+/// `gs_t` = its group sums. Buffers are [T][width] (`gs`: [T][group_sums_len(width)]).
 pub fn swiglu(pool: &ThreadPool, isa: Isa, gate: &mut [f32], up: &[f32], width: usize, t_n: usize, gs: &mut [f32]) {
     let n = n_chunks(pool, t_n);
     let (gates, gss) = (cut(gate, width, t_n, n), cut(gs, group_sums_len(width), t_n, n));
@@ -77,7 +76,7 @@ pub fn group_sums_rows(pool: &ThreadPool, x: &[f32], width: usize, t_n: usize, g
 }
 
 /// `out = x / rms(x) * weight`, the mean square accumulated in f64.
-pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let mean_sq = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
     let inv = (1.0 / (mean_sq + eps as f64).sqrt()) as f32;
     for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
