@@ -3,7 +3,8 @@
 //! Per layer: RMSNorm -> Q, K, V projections -> RoPE (ggml "normal" mode: adjacent pairs
 //! rotate) -> K, V written to the cache -> causal grouped-query attention over the cache ->
 //! output projection + residual -> RMSNorm -> SwiGLU feed-forward + residual. Activations
-//! are f32 throughout. Parallel phases split only independent outputs (matrix rows,
+//! are f32 throughout, except that with [`Precision::Int8`] each matmul on quantized weights
+//! reads its input quantized per group of 32 (`kernels::quantize_act`). Parallel phases split only independent outputs (matrix rows,
 //! (token, head) pairs), so each value has one op sequence whatever the thread count or
 //! the number of tokens per call.
 
@@ -11,7 +12,10 @@ use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
+use crate::kernels::{
+    group_sums, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa, MatRef, OutPtr,
+    Precision, QuantizedRows,
+};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -25,7 +29,8 @@ pub enum LogitRows {
     None,
 }
 
-/// A Llama model: configuration, weights and the kernel path to run on.
+/// A Llama model: configuration, weights (packed for a [`Precision`], see
+/// [`Llama::precision`]) and the kernel path to run on.
 pub struct Llama {
     pub config: ModelConfig,
     pub weights: LlamaWeights,
@@ -41,7 +46,10 @@ pub struct Scratch {
     /// [T][d_model] normalised input of the current matmul
     xn: Vec<f32>,
     /// [T][group_sums_len(max(d_model, ffn_dim))] group sums of the current matmul input
+    /// (float32 precision)
     gs: Vec<f32>,
+    /// The current matmul input quantized per group (int8 precision; grows in `quantize`)
+    xq: QuantizedRows,
     /// [T][d_model]
     q: Vec<f32>,
     /// [T][d_kv]
@@ -142,11 +150,12 @@ impl Llama {
             crate::count::set_layer(Some(l));
             // Attention block.
             rms_norm_rows(&scratch.x, &lw.attn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            prepare(&scratch.xn, d, t_n, &mut scratch.gs);
+            self.prepare(&scratch.xn, d, t_n, &mut scratch.gs, &mut scratch.xq);
             self.matmuls(
                 pool,
                 &scratch.xn,
                 &scratch.gs,
+                &scratch.xq,
                 t_n,
                 &[(&lw.wq, &mut scratch.q), (&lw.wk, &mut scratch.k), (&lw.wv, &mut scratch.v)],
             );
@@ -157,25 +166,26 @@ impl Llama {
                 cache.write(l, p0 + t, &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
             }
             self.attention(pool, cache, scratch, l, p0, t_n);
-            prepare(&scratch.att, d, t_n, &mut scratch.gs);
-            self.matmuls(pool, &scratch.att, &scratch.gs, t_n, &[(&lw.wo, &mut scratch.proj)]);
+            self.prepare(&scratch.att, d, t_n, &mut scratch.gs, &mut scratch.xq);
+            self.matmuls(pool, &scratch.att, &scratch.gs, &scratch.xq, t_n, &[(&lw.wo, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
 
             // Feed-forward block.
             rms_norm_rows(&scratch.x, &lw.ffn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            prepare(&scratch.xn, d, t_n, &mut scratch.gs);
+            self.prepare(&scratch.xn, d, t_n, &mut scratch.gs, &mut scratch.xq);
             self.matmuls(
                 pool,
                 &scratch.xn,
                 &scratch.gs,
+                &scratch.xq,
                 t_n,
                 &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
             );
             for (g, &u) in scratch.gate[..t_n * ff].iter_mut().zip(&scratch.up[..t_n * ff]) {
                 *g = silu(*g) * u;
             }
-            prepare(&scratch.gate, ff, t_n, &mut scratch.gs);
-            self.matmuls(pool, &scratch.gate, &scratch.gs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
+            self.prepare(&scratch.gate, ff, t_n, &mut scratch.gs, &mut scratch.xq);
+            self.matmuls(pool, &scratch.gate, &scratch.gs, &scratch.xq, t_n, &[(&lw.w_down, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
         }
         cache.advance_to(p0 + t_n);
@@ -188,10 +198,10 @@ impl Llama {
         };
         let n_out = t_n - first;
         rms_norm_rows(&scratch.x[first * d..], &w.output_norm, cfg.rms_eps, n_out, d, &mut scratch.xn);
-        prepare(&scratch.xn, d, n_out, &mut scratch.gs);
+        self.prepare(&scratch.xn, d, n_out, &mut scratch.gs, &mut scratch.xq);
         let mut logits = std::mem::take(&mut scratch.logits);
         logits.resize(n_out * cfg.vocab_size, 0.0);
-        self.matmuls(pool, &scratch.xn, &scratch.gs, n_out, &[(&w.output, &mut logits)]);
+        self.matmuls(pool, &scratch.xn, &scratch.gs, &scratch.xq, n_out, &[(&w.output, &mut logits)]);
         scratch.logits = logits;
         Ok(())
     }
@@ -212,29 +222,61 @@ impl Llama {
         }
     }
 
+    /// The arithmetic of matmuls on quantized weights (chosen when the weights were packed).
+    pub fn precision(&self) -> Precision {
+        self.weights.precision()
+    }
+
+    /// Prepares `t_n` input rows of `cols` values for the next matmul phase, sequentially
+    /// (so the result is the same for any thread count): their group sums (float32, read by
+    /// the Q4_1 kernels) or their int8 quantization (int8; float matrices read `x` itself).
+    fn prepare(&self, x: &[f32], cols: usize, t_n: usize, gs: &mut [f32], xq: &mut QuantizedRows) {
+        match self.precision() {
+            Precision::Float32 => prepare(x, cols, t_n, gs),
+            Precision::Int8 => xq.quantize(x, cols, t_n),
+        }
+    }
+
     /// One parallel phase: several matrices applied to the same `t_n` input rows, their
-    /// output rows concatenated and split evenly across the pool.
-    fn matmuls(&self, pool: &ThreadPool, x: &[f32], gs: &[f32], t_n: usize, jobs: &[(&Matrix, &mut Vec<f32>)]) {
+    /// output rows concatenated and split evenly across the pool. Quantized matrices packed
+    /// for int8 read `xq`, the others `x` (and `gs`).
+    fn matmuls(
+        &self,
+        pool: &ThreadPool,
+        x: &[f32],
+        gs: &[f32],
+        xq: &QuantizedRows,
+        t_n: usize,
+        jobs: &[(&Matrix, &mut Vec<f32>)],
+    ) {
         let cols = jobs[0].0.cols;
         let act = Activations { x, gs, n_tokens: t_n, cols };
         let mats: Vec<_> = jobs
             .iter()
             .map(|(m, out)| {
                 debug_assert!(m.cols == cols && out.len() >= t_n * m.rows);
-                (self.weights.mat(m), OutPtr { ptr: out.as_ptr() as *mut f32, token_stride: m.rows })
+                let int8 = self.weights.is_int8(m);
+                debug_assert!(!int8 || (xq.n_tokens == t_n && xq.cols == cols));
+                (self.weights.mat(m), OutPtr { ptr: out.as_ptr() as *mut f32, token_stride: m.rows }, int8)
             })
             .collect();
-        let total: usize = mats.iter().map(|(m, _)| m.rows).sum();
+        let total: usize = mats.iter().map(|(m, _, _)| m.rows).sum();
         let n = chunks_for(pool, total / MIN_ROWS_PER_CHUNK);
         pool.run(n, |c| {
             let mine = split(total, c, n);
             let mut base = 0;
-            for (m, out) in &mats {
+            for (m, out, int8) in &mats {
                 let (lo, hi) = (mine.start.max(base), mine.end.min(base + m.rows));
                 if lo < hi {
                     // SAFETY: each (token, row) output is written by exactly one thread, and
                     // the buffers outlive the phase.
-                    unsafe { matmul_rows(self.isa, m, &act, lo - base..hi - base, *out) };
+                    unsafe {
+                        if *int8 {
+                            matmul_rows_int8(self.isa, m, xq, lo - base..hi - base, *out)
+                        } else {
+                            matmul_rows(self.isa, m, &act, lo - base..hi - base, *out)
+                        }
+                    };
                 }
                 base += m.rows;
             }
