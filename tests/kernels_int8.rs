@@ -3,7 +3,7 @@
 //! against a float64 evaluation of the same quantized arithmetic within a derived bound.
 
 use reprolm::kernels::packed::{chunk_rows, pack_rows};
-use reprolm::kernels::quantize_act::{code_offset, QuantizedRows};
+use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
 use reprolm::kernels::{matmul_rows_int8, Isa, MatRef, OutPtr};
 use reprolm::tensor::GgmlType;
 
@@ -26,8 +26,10 @@ impl Rng {
 }
 
 const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
-/// Widths of 1, 2, 3, 16, 17, 18 and 48 groups: full and partial chunks of 16.
-const SHAPES: [(usize, usize); 7] = [(1, 32), (7, 64), (33, 96), (4, 512), (3, 544), (13, 576), (5, 1536)];
+/// Widths of 1, 2, 3, 5, 9, 16, 17, 18, 21 and 48 groups: full chunks of 16, narrow last
+/// chunks (1 to 4 groups) and padded wide ones (5 to 15).
+const SHAPES: [(usize, usize); 10] =
+    [(1, 32), (7, 64), (33, 96), (2, 160), (3, 288), (4, 512), (3, 544), (13, 576), (3, 672), (5, 1536)];
 const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
 
 fn int8_isas() -> Vec<Isa> {
@@ -134,13 +136,22 @@ fn int8_paths_agree_bitwise_and_with_float64() {
                     for (r, (qw, dw, mw)) in decoded.iter().enumerate() {
                         let (mut exact, mut scale) = (0f64, 0f64);
                         for g in 0..groups {
-                            let isum: i64 = (0..32)
-                                .map(|j| qw[32 * g + j] as i64 * act.q[t * qs + code_offset(32 * g + j)] as i64)
-                                .sum();
-                            let a = dw[g] * act.d[t * ls + g] as f64 * isum as f64;
+                            let prod = |j: usize| qw[32 * g + j] as i64 * act.q[t * qs + code_offset(cols, 32 * g + j)] as i64;
+                            let dd = dw[g] * act.d[t * ls + g] as f64;
+                            // A narrow last chunk adds a group as 4 lane terms (values
+                            // 4w..4w+4 and 16+4w..16+4w+4), the others as one.
+                            let parts: Vec<i64> = if g >= groups - narrow_groups(cols) {
+                                (0..4).map(|w| (0..4).map(|b| prod(4 * w + b) + prod(16 + 4 * w + b)).sum()).collect()
+                            } else {
+                                vec![(0..32).map(prod).sum()]
+                            };
+                            for p in parts {
+                                exact += dd * p as f64;
+                                scale += (dd * p as f64).abs();
+                            }
                             let b = mw[g] * act.s[t * ls + g] as f64;
-                            exact += a + b;
-                            scale += a.abs() + b.abs();
+                            exact += b;
+                            scale += b.abs();
                         }
                         let got = f32::from_bits(scalar[t * rows + r]) as f64;
                         let bound = gamma * scale + f64::powi(2.0, -40) * scale;
@@ -171,14 +182,25 @@ fn round_away(v: f64) -> i64 {
 
 #[test]
 fn activation_quantizer_matches_its_definition() {
+    // A narrow last chunk (16 + 2 groups) and a padded wide one (16 + 5).
+    check_quantizer(18 * 32, 512 + 128);
+    check_quantizer(21 * 32, 2 * 512);
+}
+
+fn check_quantizer(cols: usize, q_stride: usize) {
     let mut rng = Rng(7);
-    let cols = 18 * 32;
     let n_tokens = 5;
     let mut x = random_acts(&mut rng, n_tokens, cols);
     // Hand-made groups: exact ties (max 127, so d = 1 and x / d = k + 0.5), negative maximum,
     // tiny values whose scale is subnormal, huge values.
     for j in 0..32 {
-        x[32 * 1 + j] = if j == 0 { 127.0 } else { (j as f32 - 16.0) + 0.5 };
+        x[32 * 1 + j] = match j {
+            0 => 127.0,
+            // Just below one half: a naive `trunc(v + 0.5)` would round these up.
+            1 => 0.49999997,
+            2 => -0.49999997,
+            _ => (j as f32 - 16.0) + 0.5,
+        };
         x[32 * 2 + j] = -(j as f32) * 0.25;
         x[32 * 3 + j] = (j as f32 - 15.0) * 1e-42;
         x[32 * 4 + j] = (j as f32 - 20.0) * 1e30;
@@ -186,7 +208,7 @@ fn activation_quantizer_matches_its_definition() {
     let mut q = QuantizedRows::default();
     q.quantize(&x, cols, n_tokens);
     let (qs, ls) = (q.q_stride(), q.lane_stride());
-    assert_eq!(qs, 2 * 512);
+    assert_eq!(qs, q_stride);
     assert_eq!(ls, 32);
     let mut saw_tie = false;
     for t in 0..n_tokens {
@@ -203,7 +225,7 @@ fn activation_quantizer_matches_its_definition() {
             assert_eq!(q.d[lane].to_bits(), d.to_bits(), "d of group {g}, token {t}");
             let mut sum = 0i64;
             for (j, &v) in xs.iter().enumerate() {
-                let code = q.q[t * qs + code_offset(32 * g + j)] as i64;
+                let code = q.q[t * qs + code_offset(cols, 32 * g + j)] as i64;
                 let expected = if d == 0.0 { 0 } else { round_away(div_f32(v, d) as f64).clamp(-127, 127) };
                 assert_eq!(code, expected, "value {j} of group {g}, token {t}: x = {v}, d = {d}");
                 if d != 0.0 && d.is_normal() {
@@ -217,6 +239,20 @@ fn activation_quantizer_matches_its_definition() {
                 sum += code;
             }
             assert_eq!(q.qsum[lane] as i64, sum);
+            if g >= cols / 32 - narrow_groups(cols) {
+                // The narrow chunk's per-lane scale and code sums.
+                let l = g % 16;
+                for w in 0..4 {
+                    let lane_sum: i64 = (0..4)
+                        .map(|b| {
+                            let at = |j: usize| q.q[t * qs + code_offset(cols, 32 * g + j)] as i64;
+                            at(4 * w + b) + at(16 + 4 * w + b)
+                        })
+                        .sum();
+                    assert_eq!(q.tail_sum[t * 16 + 4 * l + w] as i64, lane_sum);
+                    assert_eq!(q.tail_d[t * 16 + 4 * l + w].to_bits(), d.to_bits());
+                }
+            }
             assert_eq!(q.s[lane].to_bits(), ((d as f64 * sum as f64) as f32).to_bits());
         }
     }

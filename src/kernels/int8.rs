@@ -13,7 +13,11 @@
 //! 4. Q4_1 only: `acc = fma(m_w[g], s_x[g], acc)` (`s_x = d_x * qsum_x`, see `quantize_act`).
 //!
 //! `acc` (16 f32 lanes) starts at zero; lanes past the last group have `d_w = m_w = 0`,
-//! `isum = 0`. The result is `reduce(acc)` with the fixed tree of
+//! `isum = 0`. A narrow last chunk (`n <= 4` groups, see `quantize_act`) has lane
+//! `L = 4g + w` hold 8 values of group `g` (values `4w..4w + 4` and `16 + 4w..16 + 4w + 4`):
+//! there step 1 is that lane's exact 8-value dot `psum[L]`, step 2 uses `d_w`, `d_x` of the
+//! lane's group, step 3 is `acc = fma(dd, f32(psum), acc)`, and step 4 (Q4_1) is as for a
+//! full chunk (lane `l` = group `16c + l`). The result is `reduce(acc)` with the fixed tree of
 //! [`super::lanes::Lanes16::reduce`]. Integer sums may be formed in any order (they are
 //! exact), so each ISA computes `isum` its own way:
 //!
@@ -31,7 +35,7 @@ use std::ops::Range;
 
 use super::lanes::{Lanes16, Scalar16};
 use super::packed::{code_bytes, is_packed};
-use super::quantize_act::{chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
+use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use super::{f16_chunk, prefetch, Isa, MatRef, OutPtr, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::GgmlType;
 
@@ -47,6 +51,7 @@ pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: 
     let (qs, ls) = (act.q_stride(), act.lane_stride());
     assert!(act.q.len() >= act.n_tokens * qs);
     assert!(act.d.len() >= act.n_tokens * ls && act.s.len() >= act.n_tokens * ls && act.qsum.len() >= act.n_tokens * ls);
+    assert!(act.tail_d.len() >= act.n_tokens * CHUNK_GROUPS && act.tail_sum.len() >= act.n_tokens * CHUNK_GROUPS);
     assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
     match isa {
@@ -82,6 +87,19 @@ pub(crate) trait IntLanes: Copy {
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self;
     /// Exact conversion (every value is below 2^24 in magnitude).
     unsafe fn to_f32(self) -> Self::F;
+    /// A narrow chunk's nibble codes (`n <= 4` groups, `16n` bytes, lane `4g + w` = code
+    /// bytes `16g + 4w..`): low nibbles (half 0), high nibbles (half 1).
+    type T4: Copy;
+    /// A narrow chunk's Q8_0 codes (half `h` at `codes + 16n h`), prepared.
+    type T8: Copy;
+    unsafe fn t4(codes: *const u8, n: usize) -> Self::T4;
+    unsafe fn t8(codes: *const u8, n: usize) -> Self::T8;
+    /// Lane `L`: the 8-value dot of the narrow chunk (`x`: its 128 activation bytes).
+    unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self;
+    /// As `dot_t4` with signed codes; `lane_sum` holds the 16 lanes' activation code sums.
+    unsafe fn dot_t8(w: &Self::T8, x: *const i8, lane_sum: *const i32) -> Self;
+    /// Lane `L` of the result is lane `L / 4` of `v` (a narrow chunk's per-lane scales).
+    unsafe fn spread4(v: Self::F) -> Self::F;
 }
 
 /// How one weight type's chunk enters the integer dot product.
@@ -92,6 +110,10 @@ trait Kind {
     type W<D: IntLanes>: Copy;
     unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> Self::W<D>;
     unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32) -> D;
+    /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
+    type T<D: IntLanes>: Copy;
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
+    unsafe fn psum<D: IntLanes>(w: &Self::T<D>, x: *const i8, sums: *const i32) -> D;
 }
 
 struct KQ4_0;
@@ -108,6 +130,15 @@ impl Kind for KQ4_0 {
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32) -> D {
         D::dot_q4(w, x).minus_8_qsum(qsum)
     }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
+        D::dot_t4(w, x).minus_8_qsum(sums)
+    }
 }
 
 struct KQ4_1;
@@ -123,6 +154,15 @@ impl Kind for KQ4_1 {
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32) -> D {
         D::dot_q4(w, x)
     }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
+        D::dot_t4(w, x)
+    }
 }
 
 struct KQ8_0;
@@ -137,6 +177,15 @@ impl Kind for KQ8_0 {
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32) -> D {
         D::dot_q8(w, x, qsum)
+    }
+    type T<D: IntLanes> = D::T8;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T8 {
+        D::t8(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
+        D::dot_t8(w, x, sums)
     }
 }
 
@@ -172,6 +221,8 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                     d: act.d.as_ptr().add(t * ls),
                     s: act.s.as_ptr().add(t * ls),
                     qsum: act.qsum.as_ptr().add(t * ls),
+                    tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
+                    tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
                     q_stride: qs,
                     lane_stride: ls,
                 };
@@ -199,6 +250,8 @@ struct Acts {
     d: *const f32,
     s: *const f32,
     qsum: *const i32,
+    tail_d: *const f32,
+    tail_sum: *const i32,
     q_stride: usize,
     lane_stride: usize,
 }
@@ -218,7 +271,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
     let d_ptr = rows.map(|p| p.add(groups * K::CODE_BYTES));
     let mut acc = [[<D::F as Lanes16>::zero(); NT]; NR];
-    for c in 0..chunks(cols) {
+    for c in 0..wide_chunks(cols) {
         let g0 = c * CHUNK_GROUPS;
         let n = (groups - g0).min(CHUNK_GROUPS);
         let w: [K::W<D>; NR] = std::array::from_fn(|r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
@@ -239,6 +292,35 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
                 let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane));
                 let dd = <D::F as Lanes16>::mul(dw[r], dx);
                 let mut a = <D::F as Lanes16>::fma(dd, isum.to_f32(), acc[r][t]);
+                if K::OFFSET {
+                    a = <D::F as Lanes16>::fma(mw[r], sx, a);
+                }
+                acc[r][t] = a;
+            }
+        }
+    }
+    let n = narrow_groups(cols);
+    if n > 0 {
+        let g0 = groups - n;
+        let w: [K::T<D>; NR] = std::array::from_fn(|r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+        // Lane 4g + w: the scale of group g (zero past the groups).
+        let dw: [D::F; NR] = std::array::from_fn(|r| D::spread4(f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n)));
+        let mw: [D::F; NR] = std::array::from_fn(|r| {
+            if K::OFFSET {
+                f16_chunk::<D::F>(d_ptr[r].add(2 * groups + 2 * g0), n)
+            } else {
+                <D::F as Lanes16>::zero()
+            }
+        });
+        for t in 0..NT {
+            let xq = x.q.add(t * x.q_stride + (g0 / CHUNK_GROUPS) * CHUNK_BYTES);
+            let dx = <D::F as Lanes16>::load(x.tail_d.add(t * CHUNK_GROUPS));
+            let sums = x.tail_sum.add(t * CHUNK_GROUPS);
+            let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(t * x.lane_stride + g0)) } else { <D::F as Lanes16>::zero() };
+            for r in 0..NR {
+                let psum = K::psum::<D>(&w[r], xq, sums);
+                let dd = <D::F as Lanes16>::mul(dw[r], dx);
+                let mut a = <D::F as Lanes16>::fma(dd, psum.to_f32(), acc[r][t]);
                 if K::OFFSET {
                     a = <D::F as Lanes16>::fma(mw[r], sx, a);
                 }
@@ -318,6 +400,46 @@ impl IntLanes for ScalarI32 {
     unsafe fn to_f32(self) -> Scalar16 {
         Scalar16(self.0.map(|v| v as f32))
     }
+    /// [half][lane * 4 + byte]
+    type T4 = [[u8; 64]; 2];
+    /// [half][lane * 4 + byte]
+    type T8 = [[i8; 64]; 2];
+    #[inline(always)]
+    unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
+        let mut w = [[0u8; 64]; 2];
+        for i in 0..16 * n {
+            let b = *codes.add(i);
+            w[0][i] = b & 0x0F;
+            w[1][i] = b >> 4;
+        }
+        w
+    }
+    #[inline(always)]
+    unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
+        let mut w = [[0i8; 64]; 2];
+        for (h, half) in w.iter_mut().enumerate() {
+            for (i, v) in half.iter_mut().enumerate().take(16 * n) {
+                *v = *codes.add(16 * n * h + i) as i8;
+            }
+        }
+        w
+    }
+    #[inline(always)]
+    unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
+        ScalarI32(std::array::from_fn(|l| {
+            (0..2).map(|h| (0..4).map(|b| w[h][4 * l + b] as i32 * *x.add(64 * h + 4 * l + b) as i32).sum::<i32>()).sum()
+        }))
+    }
+    #[inline(always)]
+    unsafe fn dot_t8(w: &Self::T8, x: *const i8, _lane_sum: *const i32) -> Self {
+        ScalarI32(std::array::from_fn(|l| {
+            (0..2).map(|h| (0..4).map(|b| w[h][4 * l + b] as i32 * *x.add(64 * h + 4 * l + b) as i32).sum::<i32>()).sum()
+        }))
+    }
+    #[inline(always)]
+    unsafe fn spread4(v: Scalar16) -> Scalar16 {
+        Scalar16(std::array::from_fn(|l| v.0[l / 4]))
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -343,10 +465,16 @@ mod x86 {
     /// Word `j` (64 bytes: 4 per lane) of a chunk of `n` groups; missing lanes zero.
     #[inline(always)]
     unsafe fn word512(codes: *const u8, j: usize, n: usize) -> __m512i {
-        if n == CHUNK_GROUPS {
-            _mm512_loadu_si512(codes.add(64 * j).cast())
+        lanes512(codes.add(4 * n * j), n)
+    }
+
+    /// The first `n` (1 to 16) i32 lanes from `p`; the others zero.
+    #[inline(always)]
+    unsafe fn lanes512(p: *const u8, n: usize) -> __m512i {
+        if n == 16 {
+            _mm512_loadu_si512(p.cast())
         } else {
-            _mm512_maskz_loadu_epi32(((1u32 << n) - 1) as __mmask16, codes.add(4 * n * j).cast())
+            _mm512_maskz_loadu_epi32(((1u32 << n) - 1) as __mmask16, p.cast())
         }
     }
 
@@ -401,6 +529,37 @@ mod x86 {
         unsafe fn to_f32(self) -> Avx512 {
             Avx512(_mm512_cvtepi32_ps(self.0))
         }
+        type T4 = [__m512i; 2];
+        /// Biased to unsigned like `Q8`.
+        type T8 = [__m512i; 2];
+        #[inline(always)]
+        unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
+            let mask = _mm512_set1_epi8(0x0F);
+            let v = lanes512(codes, 4 * n);
+            [_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask)]
+        }
+        #[inline(always)]
+        unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            std::array::from_fn(|h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
+        }
+        #[inline(always)]
+        unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
+            let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
+            Vnni(_mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast())))
+        }
+        /// `sum (q + 128) x - 128 sum x` per lane, as `dot_q8`.
+        #[inline(always)]
+        unsafe fn dot_t8(w: &Self::T8, x: *const i8, lane_sum: *const i32) -> Self {
+            let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
+            let a = _mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast()));
+            Vnni(_mm512_sub_epi32(a, _mm512_slli_epi32(_mm512_loadu_si512(lane_sum.cast()), 7)))
+        }
+        #[inline(always)]
+        unsafe fn spread4(v: Avx512) -> Avx512 {
+            let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+            Avx512(_mm512_permutexvar_ps(idx, v.0))
+        }
     }
 
     /// Two AVX2 registers: lanes 0..8 and 8..16.
@@ -410,7 +569,13 @@ mod x86 {
     /// Half `h` (lanes `8h..8h + 8`) of word `j` of a chunk of `n` groups; missing lanes zero.
     #[inline(always)]
     unsafe fn word256(codes: *const u8, j: usize, n: usize, h: usize) -> __m256i {
-        let p = codes.add(4 * n * j + 32 * h);
+        lanes256(codes.add(4 * n * j), n, h)
+    }
+
+    /// Lanes `8h..8h + 8` of the first `n` (1 to 16) i32 lanes from `p`; missing lanes zero.
+    #[inline(always)]
+    unsafe fn lanes256(p: *const u8, n: usize, h: usize) -> __m256i {
+        let p = p.add(32 * h);
         let m = n.saturating_sub(8 * h).min(8);
         if m == 8 {
             _mm256_loadu_si256(p.cast())
@@ -495,6 +660,68 @@ mod x86 {
         #[inline(always)]
         unsafe fn to_f32(self) -> Avx2x2 {
             Avx2x2(_mm256_cvtepi32_ps(self.0), _mm256_cvtepi32_ps(self.1))
+        }
+        /// [nibble half][lane half]
+        type T4 = [[__m256i; 2]; 2];
+        /// ([code half][lane half] of |q|, the same of q)
+        type T8 = ([[__m256i; 2]; 2], [[__m256i; 2]; 2]);
+        #[inline(always)]
+        unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
+            let mask = _mm256_set1_epi8(0x0F);
+            let mut w = [[_mm256_setzero_si256(); 2]; 2];
+            for h in 0..2 {
+                let v = lanes256(codes, 4 * n, h);
+                w[0][h] = _mm256_and_si256(v, mask);
+                w[1][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            }
+            w
+        }
+        #[inline(always)]
+        unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
+            let mut raw = [[_mm256_setzero_si256(); 2]; 2];
+            let mut abs = raw;
+            for k in 0..2 {
+                for h in 0..2 {
+                    raw[k][h] = lanes256(codes.add(16 * n * k), 4 * n, h);
+                    abs[k][h] = _mm256_abs_epi8(raw[k][h]);
+                }
+            }
+            (abs, raw)
+        }
+        /// Pair sums at most `2 * 15 * 127`, two of them added in i16: `4 * 15 * 127 = 7620`.
+        #[inline(always)]
+        unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                let x0 = _mm256_loadu_si256(x.add(32 * h).cast());
+                let x1 = _mm256_loadu_si256(x.add(64 + 32 * h).cast());
+                let s = _mm256_add_epi16(_mm256_maddubs_epi16(w[0][h], x0), _mm256_maddubs_epi16(w[1][h], x1));
+                *o = _mm256_madd_epi16(s, ones);
+            }
+            Avx2I32(out[0], out[1])
+        }
+        /// The sign trick of `dot_q8`: pair sums at most `2 * 128 * 127 = 32512`, widened
+        /// before adding.
+        #[inline(always)]
+        unsafe fn dot_t8(w: &Self::T8, x: *const i8, _lane_sum: *const i32) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let (abs, raw) = w;
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                for k in 0..2 {
+                    let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
+                    *o = _mm256_add_epi32(*o, _mm256_madd_epi16(p, ones));
+                }
+            }
+            Avx2I32(out[0], out[1])
+        }
+        #[inline(always)]
+        unsafe fn spread4(v: Avx2x2) -> Avx2x2 {
+            let lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+            let hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+            Avx2x2(_mm256_permutevar8x32_ps(v.0, lo), _mm256_permutevar8x32_ps(v.0, hi))
         }
     }
 }

@@ -18,7 +18,10 @@
 //! place as in the grouped order, are `[word j: code bytes / 4][group l: n][byte b: 4]`
 //! holding code byte `4j + b` of group `16c + l`. One 64-byte load of word `j` then gives 4
 //! code bytes of each of 16 groups, matching the activation layout of
-//! [`super::quantize_act`]. Scales and offsets are unchanged.
+//! [`super::quantize_act`]. A last chunk of `n <= 4` groups is *narrow*: Q4 codes stay in
+//! the grouped order (lane `4g + w` of one vector = code bytes `16g + 4w ..`), Q8_0 codes
+//! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
+//! Scales and offsets are unchanged.
 
 use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, QK};
 
@@ -74,6 +77,8 @@ pub enum Layout {
 
 /// Groups per chunk of the chunked layout.
 const CHUNK: usize = 16;
+/// Largest narrow last chunk (as in `quantize_act`).
+const NARROW_MAX: usize = super::quantize_act::NARROW_MAX;
 
 /// Offset in a row's codes of code byte `byte` of group `g`, for a row of `groups` groups
 /// of `code_bytes` bytes each in the chunked layout.
@@ -81,7 +86,14 @@ const CHUNK: usize = 16;
 pub fn chunked_code_offset(code_bytes: usize, groups: usize, g: usize, byte: usize) -> usize {
     let (c, l) = (g / CHUNK, g % CHUNK);
     let n = (groups - c * CHUNK).min(CHUNK);
-    c * CHUNK * code_bytes + ((byte / 4) * n + l) * 4 + byte % 4
+    let base = c * CHUNK * code_bytes;
+    if n > NARROW_MAX {
+        base + ((byte / 4) * n + l) * 4 + byte % 4
+    } else if code_bytes == QK / 2 {
+        base + l * code_bytes + byte
+    } else {
+        base + (byte / 16) * 16 * n + 16 * l + byte % 16
+    }
 }
 
 /// Bytes of codes per group of a packed type.

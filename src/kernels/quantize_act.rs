@@ -8,7 +8,8 @@
 //! - `q_i = 0` if `d == 0`, else `q_i = clamp(round(x_i / d), -127, 127)`, where `x_i / d` is
 //!   one correctly rounded f32 division and `round` rounds half away from zero (C's `roundf`,
 //!   Rust's `f32::round`). The clamp only acts when `d` is subnormal; normally
-//!   `|x_i / d| <= 127.00002` already;
+//!   `|x_i / d| <= 127.00002` already (the code clamps the quotient to `[-128, 128]` before
+//!   rounding, which gives the same result);
 //! - `qsum = sum_i q_i` (exact in i32);
 //! - `s = d * qsum` as f32 (one rounding): the group sum of the *dequantized* activations
 //!   `d * q_i`, used for Q4_1's offset term.
@@ -20,8 +21,15 @@
 //! Layout: groups come in *chunks* of 16 (lane `l` of a chunk is group `16c + l`); a token's
 //! codes for chunk `c` are 512 bytes `[word k: 8][lane l: 16][byte b: 4]` holding
 //! `q[32(16c + l) + 4k + b]`, so one 64-byte load of word `k` puts 4 consecutive codes of 16
-//! different groups in the 16 i32 lanes of a vector. The last chunk is zero-padded to 16
-//! groups (codes, `d`, `s` and `qsum` all zero).
+//! different groups in the 16 i32 lanes of a vector. A last chunk of 5 to 15 groups is
+//! zero-padded to 16 groups (codes, `d`, `s` and `qsum` all zero).
+//!
+//! A last chunk of `n = 1..=4` groups (SmolLM2's 576 = 16 + 2 groups) is *narrow*: 128 bytes
+//! `[half h: 2][lane L: 16][byte b: 4]` holding `q[32(16c + g) + 16h + 4w + b]` for lane
+//! `L = 4g + w` (`g < n`, `w < 4`; other lanes zero): each lane holds 8 codes of one group,
+//! so two vectors cover the chunk instead of eight mostly empty ones. For it the rows also
+//! carry, per lane, the group's `d` (`tail_d`) and the sum of the lane's 8 codes
+//! (`tail_sum`).
 
 use super::GROUP;
 
@@ -29,18 +37,41 @@ use super::GROUP;
 pub const CHUNK_GROUPS: usize = 16;
 /// Code bytes per chunk of one token.
 pub const CHUNK_BYTES: usize = CHUNK_GROUPS * GROUP;
+/// Largest last chunk that is narrow.
+pub const NARROW_MAX: usize = 4;
+/// Code bytes of a narrow chunk of one token.
+pub const NARROW_BYTES: usize = 2 * CHUNK_GROUPS * 4;
 
-/// Chunks of a row of `cols` values.
+/// Chunks of a row of `cols` values (the lanes of `d`, `s`, `qsum`: 16 per chunk).
 pub fn chunks(cols: usize) -> usize {
     (cols / GROUP).div_ceil(CHUNK_GROUPS)
 }
 
-/// Byte offset, within one token's codes, of value `i` of a row.
+/// Groups in a narrow last chunk (0 if there is none).
+pub fn narrow_groups(cols: usize) -> usize {
+    let n = (cols / GROUP) % CHUNK_GROUPS;
+    if n <= NARROW_MAX {
+        n
+    } else {
+        0
+    }
+}
+
+/// Chunks in the 8-word layout (all but a narrow last one).
+pub fn wide_chunks(cols: usize) -> usize {
+    chunks(cols) - (narrow_groups(cols) > 0) as usize
+}
+
+/// Byte offset, within one token's codes, of value `i` of a row of `cols` values.
 #[inline]
-pub fn code_offset(i: usize) -> usize {
+pub fn code_offset(cols: usize, i: usize) -> usize {
     let (g, j) = (i / GROUP, i % GROUP);
     let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
-    c * CHUNK_BYTES + ((j / 4) * CHUNK_GROUPS + l) * 4 + j % 4
+    if c == wide_chunks(cols) {
+        c * CHUNK_BYTES + ((j / 16) * CHUNK_GROUPS + 4 * l + (j % 16) / 4) * 4 + j % 4
+    } else {
+        c * CHUNK_BYTES + ((j / 4) * CHUNK_GROUPS + l) * 4 + j % 4
+    }
 }
 
 /// `n_tokens` activation rows of `cols` values, quantized as documented above. Buffers
@@ -49,7 +80,7 @@ pub fn code_offset(i: usize) -> usize {
 pub struct QuantizedRows {
     pub n_tokens: usize,
     pub cols: usize,
-    /// [n_tokens][chunks(cols) * CHUNK_BYTES] codes in the chunk layout
+    /// [n_tokens][q_stride()] codes in the chunk layout
     pub q: Vec<i8>,
     /// [n_tokens][chunks(cols) * 16] scale `d` of each group (zero-padded)
     pub d: Vec<f32>,
@@ -57,12 +88,16 @@ pub struct QuantizedRows {
     pub s: Vec<f32>,
     /// [n_tokens][chunks(cols) * 16] `qsum` of each group (zero-padded)
     pub qsum: Vec<i32>,
+    /// [n_tokens][16] narrow chunk: `d` of lane `L`'s group (zero past the groups)
+    pub tail_d: Vec<f32>,
+    /// [n_tokens][16] narrow chunk: sum of lane `L`'s 8 codes (zero past the groups)
+    pub tail_sum: Vec<i32>,
 }
 
 impl QuantizedRows {
     /// Code bytes per token.
     pub fn q_stride(&self) -> usize {
-        chunks(self.cols) * CHUNK_BYTES
+        wide_chunks(self.cols) * CHUNK_BYTES + if narrow_groups(self.cols) > 0 { NARROW_BYTES } else { 0 }
     }
 
     /// Per-group values per token.
@@ -80,20 +115,64 @@ impl QuantizedRows {
         grow(&mut self.d, n_tokens * ls, 0.0);
         grow(&mut self.s, n_tokens * ls, 0.0);
         grow(&mut self.qsum, n_tokens * ls, 0);
+        grow(&mut self.tail_d, n_tokens * CHUNK_GROUPS, 0.0);
+        grow(&mut self.tail_sum, n_tokens * CHUNK_GROUPS, 0);
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2. The same IEEE operations, only vectorized by the
+            // compiler (Rust never contracts to FMA), so the same codes.
+            return unsafe { self.quantize_avx2(x, cols, n_tokens) };
+        }
+        self.quantize_rows(x, cols, n_tokens)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn quantize_avx2(&mut self, x: &[f32], cols: usize, n_tokens: usize) {
+        self.quantize_rows(x, cols, n_tokens)
+    }
+
+    #[inline(always)]
+    fn quantize_rows(&mut self, x: &[f32], cols: usize, n_tokens: usize) {
+        let (qs, ls) = (self.q_stride(), self.lane_stride());
         for t in 0..n_tokens {
             let row = &x[t * cols..(t + 1) * cols];
             let q = &mut self.q[t * qs..(t + 1) * qs];
             let (d, s, qsum) =
                 (&mut self.d[t * ls..(t + 1) * ls], &mut self.s[t * ls..(t + 1) * ls], &mut self.qsum[t * ls..(t + 1) * ls]);
+            let (tail_d, tail_sum) = (
+                &mut self.tail_d[t * CHUNK_GROUPS..(t + 1) * CHUNK_GROUPS],
+                &mut self.tail_sum[t * CHUNK_GROUPS..(t + 1) * CHUNK_GROUPS],
+            );
             // Padding of the last chunk.
-            q.fill(0);
-            d.fill(0.0);
-            s.fill(0.0);
-            qsum.fill(0);
+            let wide = wide_chunks(cols);
+            q[(cols / GROUP / CHUNK_GROUPS) * CHUNK_BYTES..].fill(0);
+            d[cols / GROUP..].fill(0.0);
+            s[cols / GROUP..].fill(0.0);
+            qsum[cols / GROUP..].fill(0);
+            tail_d.fill(0.0);
+            tail_sum.fill(0);
             for (g, values) in row.chunks_exact(GROUP).enumerate() {
-                let (codes, dg) = quantize_group(values);
-                for (j, &c) in codes.iter().enumerate() {
-                    q[code_offset(g * GROUP + j)] = c;
+                let (codes, dg) = quantize_group(values.try_into().unwrap());
+                let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
+                if c < wide {
+                    // Word k (codes 4k..4k + 4) goes to lane l of word k of the chunk.
+                    for k in 0..GROUP / 4 {
+                        let dst = c * CHUNK_BYTES + (k * CHUNK_GROUPS + l) * 4;
+                        q[dst..dst + 4].copy_from_slice(&codes[4 * k..4 * k + 4]);
+                    }
+                } else {
+                    // Narrow: codes 16h + 4w .. + 4 go to lane 4l + w of half h.
+                    for h in 0..2 {
+                        let dst = c * CHUNK_BYTES + h * CHUNK_GROUPS * 4 + 16 * l;
+                        q[dst..dst + 16].copy_from_slice(&codes[16 * h..16 * h + 16]);
+                    }
+                    for w in 0..4 {
+                        tail_d[4 * l + w] = dg;
+                        tail_sum[4 * l + w] = (0..4)
+                            .map(|b| codes[4 * w + b] as i32 + codes[16 + 4 * w + b] as i32)
+                            .sum();
+                    }
                 }
                 let sum: i32 = codes.iter().map(|&c| c as i32).sum();
                 d[g] = dg;
@@ -111,15 +190,32 @@ fn grow<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
 }
 
 /// One group's codes and scale `d`, by the definitions in the module docs.
-pub fn quantize_group(x: &[f32]) -> ([i8; GROUP], f32) {
-    debug_assert_eq!(x.len(), GROUP);
-    let a = x.iter().fold(0f32, |m, &v| m.max(v.abs()));
+#[inline(always)]
+pub fn quantize_group(x: &[f32; GROUP]) -> ([i8; GROUP], f32) {
+    // max is exact, so any order gives the same `a`; this one vectorizes.
+    let mut m = [0f32; 8];
+    for j in 0..GROUP / 8 {
+        for l in 0..8 {
+            m[l] = m[l].max(x[8 * j + l].abs());
+        }
+    }
+    let a = m.iter().fold(0f32, |acc, &v| acc.max(v));
     let d = a / 127.0;
     let mut q = [0i8; GROUP];
     if d != 0.0 {
         for (q, &v) in q.iter_mut().zip(x) {
-            *q = (v / d).round().clamp(-127.0, 127.0) as i8;
+            *q = round_half_away((v / d).clamp(-128.0, 128.0)).clamp(-127, 127) as i8;
         }
     }
     (q, d)
+}
+
+/// `v` (in `[-128, 128]` or NaN) rounded half away from zero, as `roundf` (NaN gives 0), in
+/// operations the compiler can vectorize: truncate, then step away from zero when the
+/// remainder (exact for any f32) is at least one half.
+#[inline(always)]
+fn round_half_away(v: f32) -> i32 {
+    let t = v as i32;
+    let frac = v - t as f32;
+    t + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
 }
