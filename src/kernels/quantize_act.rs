@@ -15,8 +15,9 @@
 //!   `d * q_i`, used for Q4_1's offset term.
 //!
 //! This is ggml's Q8_1 scheme (ggml multiplies by `1/d` instead of dividing by `d`). The
-//! quantization is plain sequential scalar code, run once per matmul phase before the
-//! threads start, so every ISA, thread count and chunking sees the same codes.
+//! quantization is scalar code (auto-vectorized, the same IEEE operations), run once per
+//! matmul phase; rows may be split across threads, each row computed by the same code, so
+//! every ISA, thread count and chunking sees the same codes.
 //!
 //! Layout: groups come in *chunks* of 16 (lane `l` of a chunk is group `16c + l`); a token's
 //! codes for chunk `c` are 512 bytes `[word k: 8][lane l: 16][byte b: 4]` holding
@@ -107,7 +108,16 @@ impl QuantizedRows {
 
     /// Quantizes the first `n_tokens` rows of `x` ([n_tokens][cols], `cols` a multiple of 32).
     pub fn quantize(&mut self, x: &[f32], cols: usize, n_tokens: usize) {
-        assert!(cols % GROUP == 0 && x.len() >= n_tokens * cols);
+        let writer = self.writer(cols, n_tokens);
+        // SAFETY: one writer, all rows.
+        unsafe { writer.quantize(x, 0..n_tokens) };
+    }
+
+    /// Sizes the buffers for `n_tokens` rows of `cols` values and returns a handle through
+    /// which threads quantize disjoint rows (each row by the same code, so the same bytes
+    /// whichever thread does it).
+    pub fn writer(&mut self, cols: usize, n_tokens: usize) -> RowWriter<'_> {
+        assert!(cols % GROUP == 0);
         self.cols = cols;
         self.n_tokens = n_tokens;
         let (qs, ls) = (self.q_stride(), self.lane_stride());
@@ -117,69 +127,109 @@ impl QuantizedRows {
         grow(&mut self.qsum, n_tokens * ls, 0);
         grow(&mut self.tail_d, n_tokens * CHUNK_GROUPS, 0.0);
         grow(&mut self.tail_sum, n_tokens * CHUNK_GROUPS, 0);
+        RowWriter {
+            q: self.q.as_mut_ptr(),
+            d: self.d.as_mut_ptr(),
+            s: self.s.as_mut_ptr(),
+            qsum: self.qsum.as_mut_ptr(),
+            tail_d: self.tail_d.as_mut_ptr(),
+            tail_sum: self.tail_sum.as_mut_ptr(),
+            cols,
+            n_tokens,
+            _rows: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Writes quantized rows into a [`QuantizedRows`] from several threads (see
+/// [`QuantizedRows::writer`]).
+pub struct RowWriter<'a> {
+    q: *mut i8,
+    d: *mut f32,
+    s: *mut f32,
+    qsum: *mut i32,
+    tail_d: *mut f32,
+    tail_sum: *mut i32,
+    cols: usize,
+    n_tokens: usize,
+    _rows: std::marker::PhantomData<&'a mut QuantizedRows>,
+}
+unsafe impl Send for RowWriter<'_> {}
+unsafe impl Sync for RowWriter<'_> {}
+
+impl RowWriter<'_> {
+    /// Quantizes rows `tokens` of `x` ([n_tokens][cols]).
+    ///
+    /// # Safety
+    /// No other thread may write the same rows at the same time.
+    pub unsafe fn quantize(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+        assert!(tokens.end <= self.n_tokens && x.len() >= tokens.end * self.cols);
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2. The same IEEE operations, only vectorized by the
-            // compiler (Rust never contracts to FMA), so the same codes.
-            return unsafe { self.quantize_avx2(x, cols, n_tokens) };
+            // The CPU has AVX2. The same IEEE operations, only vectorized by the compiler
+            // (Rust never contracts to FMA), so the same codes.
+            return self.quantize_avx2(x, tokens);
         }
-        self.quantize_rows(x, cols, n_tokens)
+        self.quantize_rows(x, tokens)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn quantize_avx2(&mut self, x: &[f32], cols: usize, n_tokens: usize) {
-        self.quantize_rows(x, cols, n_tokens)
+    unsafe fn quantize_avx2(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+        self.quantize_rows(x, tokens)
     }
 
     #[inline(always)]
-    fn quantize_rows(&mut self, x: &[f32], cols: usize, n_tokens: usize) {
-        let (qs, ls) = (self.q_stride(), self.lane_stride());
-        for t in 0..n_tokens {
+    unsafe fn quantize_rows(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+        use std::slice::from_raw_parts_mut as part;
+        let cols = self.cols;
+        let (qs, ls, cg) = (wide_chunks(cols) * CHUNK_BYTES + if narrow_groups(cols) > 0 { NARROW_BYTES } else { 0 }, chunks(cols) * CHUNK_GROUPS, CHUNK_GROUPS);
+        for t in tokens {
             let row = &x[t * cols..(t + 1) * cols];
-            let q = &mut self.q[t * qs..(t + 1) * qs];
-            let (d, s, qsum) =
-                (&mut self.d[t * ls..(t + 1) * ls], &mut self.s[t * ls..(t + 1) * ls], &mut self.qsum[t * ls..(t + 1) * ls]);
-            let (tail_d, tail_sum) = (
-                &mut self.tail_d[t * CHUNK_GROUPS..(t + 1) * CHUNK_GROUPS],
-                &mut self.tail_sum[t * CHUNK_GROUPS..(t + 1) * CHUNK_GROUPS],
-            );
-            // Padding of the last chunk.
-            let wide = wide_chunks(cols);
-            q[(cols / GROUP / CHUNK_GROUPS) * CHUNK_BYTES..].fill(0);
-            d[cols / GROUP..].fill(0.0);
-            s[cols / GROUP..].fill(0.0);
-            qsum[cols / GROUP..].fill(0);
-            tail_d.fill(0.0);
-            tail_sum.fill(0);
-            for (g, values) in row.chunks_exact(GROUP).enumerate() {
-                let (codes, dg) = quantize_group(values.try_into().unwrap());
-                let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
-                if c < wide {
-                    // Word k (codes 4k..4k + 4) goes to lane l of word k of the chunk.
-                    for k in 0..GROUP / 4 {
-                        let dst = c * CHUNK_BYTES + (k * CHUNK_GROUPS + l) * 4;
-                        q[dst..dst + 4].copy_from_slice(&codes[4 * k..4 * k + 4]);
-                    }
-                } else {
-                    // Narrow: codes 16h + 4w .. + 4 go to lane 4l + w of half h.
-                    for h in 0..2 {
-                        let dst = c * CHUNK_BYTES + h * CHUNK_GROUPS * 4 + 16 * l;
-                        q[dst..dst + 16].copy_from_slice(&codes[16 * h..16 * h + 16]);
-                    }
-                    for w in 0..4 {
-                        tail_d[4 * l + w] = dg;
-                        tail_sum[4 * l + w] = (0..4)
-                            .map(|b| codes[4 * w + b] as i32 + codes[16 + 4 * w + b] as i32)
-                            .sum();
-                    }
-                }
-                let sum: i32 = codes.iter().map(|&c| c as i32).sum();
-                d[g] = dg;
-                qsum[g] = sum;
-                s[g] = dg * sum as f32;
+            let q = part(self.q.add(t * qs), qs);
+            let (d, s, qsum) = (part(self.d.add(t * ls), ls), part(self.s.add(t * ls), ls), part(self.qsum.add(t * ls), ls));
+            let (tail_d, tail_sum) = (part(self.tail_d.add(t * cg), cg), part(self.tail_sum.add(t * cg), cg));
+            quantize_row(row, q, d, s, qsum, tail_d, tail_sum);
+        }
+    }
+}
+
+/// One row into its slices of the buffers (shapes as in [`QuantizedRows`], one token).
+#[inline(always)]
+fn quantize_row(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], qsum: &mut [i32], tail_d: &mut [f32], tail_sum: &mut [i32]) {
+    let cols = row.len();
+    // Padding of the last chunk.
+    let wide = wide_chunks(cols);
+    q[(cols / GROUP / CHUNK_GROUPS) * CHUNK_BYTES..].fill(0);
+    d[cols / GROUP..].fill(0.0);
+    s[cols / GROUP..].fill(0.0);
+    qsum[cols / GROUP..].fill(0);
+    tail_d.fill(0.0);
+    tail_sum.fill(0);
+    for (g, values) in row.chunks_exact(GROUP).enumerate() {
+        let (codes, dg) = quantize_group(values.try_into().unwrap());
+        let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
+        if c < wide {
+            // Word k (codes 4k..4k + 4) goes to lane l of word k of the chunk.
+            for k in 0..GROUP / 4 {
+                let dst = c * CHUNK_BYTES + (k * CHUNK_GROUPS + l) * 4;
+                q[dst..dst + 4].copy_from_slice(&codes[4 * k..4 * k + 4]);
+            }
+        } else {
+            // Narrow: codes 16h + 4w .. + 4 go to lane 4l + w of half h.
+            for h in 0..2 {
+                let dst = c * CHUNK_BYTES + h * CHUNK_GROUPS * 4 + 16 * l;
+                q[dst..dst + 16].copy_from_slice(&codes[16 * h..16 * h + 16]);
+            }
+            for w in 0..4 {
+                tail_d[4 * l + w] = dg;
+                tail_sum[4 * l + w] = (0..4).map(|b| codes[4 * w + b] as i32 + codes[16 + 4 * w + b] as i32).sum();
             }
         }
+        let sum: i32 = codes.iter().map(|&c| c as i32).sum();
+        d[g] = dg;
+        qsum[g] = sum;
+        s[g] = dg * sum as f32;
     }
 }
 
@@ -204,18 +254,23 @@ pub fn quantize_group(x: &[f32; GROUP]) -> ([i8; GROUP], f32) {
     let mut q = [0i8; GROUP];
     if d != 0.0 {
         for (q, &v) in q.iter_mut().zip(x) {
-            *q = round_half_away((v / d).clamp(-128.0, 128.0)).clamp(-127, 127) as i8;
+            let v = v / d;
+            // NaN to 0, then into [-128, 128], where the rounding below is exact.
+            let v = if v.is_nan() { 0.0 } else { v.clamp(-128.0, 128.0) };
+            *q = round_half_away(v).clamp(-127, 127) as i8;
         }
     }
     (q, d)
 }
 
-/// `v` (in `[-128, 128]` or NaN) rounded half away from zero, as `roundf` (NaN gives 0), in
-/// operations the compiler can vectorize: truncate, then step away from zero when the
-/// remainder (exact for any f32) is at least one half.
+/// `v` (in `[-128, 128]`) rounded half away from zero, as `roundf`, in operations the
+/// compiler can vectorize: truncate, then step away from zero when the remainder (exact for
+/// any f32) is at least one half.
 #[inline(always)]
 fn round_half_away(v: f32) -> i32 {
-    let t = v as i32;
+    debug_assert!((-128.0..=128.0).contains(&v));
+    // SAFETY: v is finite and in i32's range.
+    let t = unsafe { v.to_int_unchecked::<i32>() };
     let frac = v - t as f32;
     t + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
 }

@@ -102,6 +102,8 @@ impl Scratch {
 /// Parallel phases are cut into up to this many chunks per thread, so a thread the OS
 /// deschedules delays the others by one small chunk at most.
 const CHUNKS_PER_THREAD: usize = 4;
+/// Activation rows below which quantizing them is not worth a hand-off.
+const MIN_TOKENS_PER_QUANTIZE_CHUNK: usize = 8;
 /// Matrix rows below which a chunk is not worth the hand-off.
 const MIN_ROWS_PER_CHUNK: usize = 16;
 
@@ -150,7 +152,7 @@ impl Llama {
             crate::count::set_layer(Some(l));
             // Attention block.
             rms_norm_rows(&scratch.x, &lw.attn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            self.prepare(&scratch.xn, d, t_n, &mut scratch.gs, &mut scratch.xq);
+            self.prepare(pool, &scratch.xn, d, t_n, &mut scratch.gs, &mut scratch.xq);
             self.matmuls(
                 pool,
                 &scratch.xn,
@@ -166,13 +168,13 @@ impl Llama {
                 cache.write(l, p0 + t, &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
             }
             self.attention(pool, cache, scratch, l, p0, t_n);
-            self.prepare(&scratch.att, d, t_n, &mut scratch.gs, &mut scratch.xq);
+            self.prepare(pool, &scratch.att, d, t_n, &mut scratch.gs, &mut scratch.xq);
             self.matmuls(pool, &scratch.att, &scratch.gs, &scratch.xq, t_n, &[(&lw.wo, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
 
             // Feed-forward block.
             rms_norm_rows(&scratch.x, &lw.ffn_norm, cfg.rms_eps, t_n, d, &mut scratch.xn);
-            self.prepare(&scratch.xn, d, t_n, &mut scratch.gs, &mut scratch.xq);
+            self.prepare(pool, &scratch.xn, d, t_n, &mut scratch.gs, &mut scratch.xq);
             self.matmuls(
                 pool,
                 &scratch.xn,
@@ -184,7 +186,7 @@ impl Llama {
             for (g, &u) in scratch.gate[..t_n * ff].iter_mut().zip(&scratch.up[..t_n * ff]) {
                 *g = silu(*g) * u;
             }
-            self.prepare(&scratch.gate, ff, t_n, &mut scratch.gs, &mut scratch.xq);
+            self.prepare(pool, &scratch.gate, ff, t_n, &mut scratch.gs, &mut scratch.xq);
             self.matmuls(pool, &scratch.gate, &scratch.gs, &scratch.xq, t_n, &[(&lw.w_down, &mut scratch.proj)]);
             add_assign(&mut scratch.x[..t_n * d], &scratch.proj[..t_n * d]);
         }
@@ -198,7 +200,7 @@ impl Llama {
         };
         let n_out = t_n - first;
         rms_norm_rows(&scratch.x[first * d..], &w.output_norm, cfg.rms_eps, n_out, d, &mut scratch.xn);
-        self.prepare(&scratch.xn, d, n_out, &mut scratch.gs, &mut scratch.xq);
+        self.prepare(pool, &scratch.xn, d, n_out, &mut scratch.gs, &mut scratch.xq);
         let mut logits = std::mem::take(&mut scratch.logits);
         logits.resize(n_out * cfg.vocab_size, 0.0);
         self.matmuls(pool, &scratch.xn, &scratch.gs, &scratch.xq, n_out, &[(&w.output, &mut logits)]);
@@ -230,10 +232,20 @@ impl Llama {
     /// Prepares `t_n` input rows of `cols` values for the next matmul phase, sequentially
     /// (so the result is the same for any thread count): their group sums (float32, read by
     /// the Q4_1 kernels) or their int8 quantization (int8; float matrices read `x` itself).
-    fn prepare(&self, x: &[f32], cols: usize, t_n: usize, gs: &mut [f32], xq: &mut QuantizedRows) {
+    fn prepare(&self, pool: &ThreadPool, x: &[f32], cols: usize, t_n: usize, gs: &mut [f32], xq: &mut QuantizedRows) {
         match self.precision() {
             Precision::Float32 => prepare(x, cols, t_n, gs),
-            Precision::Int8 => xq.quantize(x, cols, t_n),
+            Precision::Int8 => {
+                let writer = xq.writer(cols, t_n);
+                if t_n < MIN_TOKENS_PER_QUANTIZE_CHUNK * 2 {
+                    // SAFETY: one writer, all rows.
+                    unsafe { writer.quantize(x, 0..t_n) };
+                } else {
+                    let n = chunks_for(pool, t_n / MIN_TOKENS_PER_QUANTIZE_CHUNK);
+                    // SAFETY: chunk c writes only its own rows.
+                    pool.run(n, |c| unsafe { writer.quantize(x, split(t_n, c, n)) });
+                }
+            }
         }
     }
 
