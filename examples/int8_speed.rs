@@ -1,4 +1,5 @@
-//! Times the Q4_1 kernels on SmolLM2's feed-forward shapes, one thread: the float32 path
+//! Times the Q4_1 kernels on SmolLM2's feed-forward shapes (and, for 1 token, the Q8_0 LM
+//! head), one thread: the float32 path
 //! (`matmul_rows`, group sums included) against the int8 path (`matmul_rows_int8`, with and
 //! without quantizing the activations). Not a test: prints medians of repeated runs.
 //!
@@ -27,9 +28,12 @@ fn time(reps: usize, mut f: impl FnMut()) -> f64 {
 fn main() {
     let n_tokens: usize = std::env::args().nth(1).map_or(64, |s| s.parse().expect("TOKENS"));
     let isa = [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.int8_available()).unwrap_or(Isa::Scalar);
-    let ty = GgmlType::Q4_1;
-    println!("Q4_1, {n_tokens} tokens, 1 thread, {} kernels; median of 41 runs", isa.name());
-    for (cols, rows) in [(576usize, 1536usize), (1536, 576)] {
+    println!("{n_tokens} tokens, 1 thread, {} kernels; median of 41 runs", isa.name());
+    let mut cases = vec![(GgmlType::Q4_1, 576usize, 1536usize), (GgmlType::Q4_1, 1536, 576)];
+    if n_tokens == 1 {
+        cases.push((GgmlType::Q8_0, 576, 49152)); // the LM head
+    }
+    for (ty, cols, rows) in cases {
         let n = rows * ty.row_bytes(cols);
         // Small finite f16 scales and offsets: every 2nd byte below 0x3C.
         let ggml: Vec<u8> = (0..n).map(|i| if i % 2 == 1 { (i % 0x3C) as u8 } else { (i * 7 % 251) as u8 }).collect();
@@ -54,7 +58,8 @@ fn main() {
         let int8_time = time(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o) });
         let macs = (rows * cols * n_tokens) as f64;
         println!(
-            "  {cols}x{rows} (cols x rows): float32 {:8.1} us ({:5.1} GMAC/s) | int8 kernel {:8.1} us ({:5.1} GMAC/s) + quantize {:6.1} us | speed-up {:.2}x ({:.2}x with quantize)",
+            "  {} {cols}x{rows} (cols x rows): float32 {:8.1} us ({:5.1} GMAC/s) | int8 kernel {:8.1} us ({:5.1} GMAC/s) + quantize {:6.1} us | speed-up {:.2}x ({:.2}x with quantize)",
+            ty.name(),
             f32_time * 1e6,
             macs / f32_time / 1e9,
             int8_time * 1e6,

@@ -244,6 +244,20 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
     }
 }
 
+/// `[f(0), f(1), ...]`, always inlined: `std::array::from_fn` of SIMD values is not always,
+/// and then its intrinsics become calls.
+#[inline(always)]
+fn array<T, const N: usize>(mut f: impl FnMut(usize) -> T) -> [T; N] {
+    let mut out = std::mem::MaybeUninit::<[T; N]>::uninit();
+    let p = out.as_mut_ptr().cast::<T>();
+    for i in 0..N {
+        // SAFETY: element i of the array, written once.
+        unsafe { p.add(i).write(f(i)) };
+    }
+    // SAFETY: all N elements were written.
+    unsafe { out.assume_init() }
+}
+
 /// Pointers to the first token of a tile's quantized activations.
 struct Acts {
     q: *const i8,
@@ -274,9 +288,9 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     for c in 0..wide_chunks(cols) {
         let g0 = c * CHUNK_GROUPS;
         let n = (groups - g0).min(CHUNK_GROUPS);
-        let w: [K::W<D>; NR] = std::array::from_fn(|r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
-        let dw: [D::F; NR] = std::array::from_fn(|r| f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n));
-        let mw: [D::F; NR] = std::array::from_fn(|r| {
+        let w: [K::W<D>; NR] = array(|r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+        let dw: [D::F; NR] = array(|r| f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n));
+        let mw: [D::F; NR] = array(|r| {
             if K::OFFSET {
                 f16_chunk::<D::F>(d_ptr[r].add(2 * groups + 2 * g0), n)
             } else {
@@ -302,10 +316,10 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     let n = narrow_groups(cols);
     if n > 0 {
         let g0 = groups - n;
-        let w: [K::T<D>; NR] = std::array::from_fn(|r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+        let w: [K::T<D>; NR] = array(|r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
         // Lane 4g + w: the scale of group g (zero past the groups).
-        let dw: [D::F; NR] = std::array::from_fn(|r| D::spread4(f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n)));
-        let mw: [D::F; NR] = std::array::from_fn(|r| {
+        let dw: [D::F; NR] = array(|r| D::spread4(f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n)));
+        let mw: [D::F; NR] = array(|r| {
             if K::OFFSET {
                 f16_chunk::<D::F>(d_ptr[r].add(2 * groups + 2 * g0), n)
             } else {
@@ -497,7 +511,7 @@ mod x86 {
         #[inline(always)]
         unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8 {
             let bias = _mm512_set1_epi8(0x80u8 as i8);
-            std::array::from_fn(|j| _mm512_xor_si512(word512(codes, j, n), bias))
+            array(|j| _mm512_xor_si512(word512(codes, j, n), bias))
         }
         /// Two chains of 4 `vpdpbusd` each; every lane sums at most 32 products of
         /// `15 * 127`, far from overflow.
@@ -541,7 +555,7 @@ mod x86 {
         #[inline(always)]
         unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
             let bias = _mm512_set1_epi8(0x80u8 as i8);
-            std::array::from_fn(|h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
+            array(|h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
         }
         #[inline(always)]
         unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
