@@ -70,3 +70,20 @@ def test_int8_close_to_reference_but_not_exact(
 def test_int8_generate(int8_models: dict[int, reprolm.Model]) -> None:
     out = int8_models[2].generate("The capital of France is", max_tokens=8)
     assert "Paris" in out.text
+
+
+def test_int8_session_state_round_trip_and_precision_check(
+    int8_models: dict[int, reprolm.Model], model: reprolm.Model, tmp_path: Path
+) -> None:
+    m = int8_models[2]
+    ids = m.tokenize("The capital of France is")
+    session = m.session(context_length=32)
+    session.prefill(ids)
+    path = tmp_path / "int8.state"
+    session.save(path)
+    after = session.step(11)
+    restored = reprolm.Session.load(int8_models[1], path)
+    assert np.array_equal(restored.step(11).view(np.uint32), after.view(np.uint32))
+    # The cache holds int8-precision values: a float32 model refuses it.
+    with pytest.raises(reprolm.StateModelMismatchError, match="precision"):
+        reprolm.Session.load(model, path)
