@@ -114,8 +114,10 @@ pub fn chunk_rows(ty: GgmlType, cols: usize, packed: &mut [u8]) {
     for row in packed.chunks_exact_mut(row_bytes) {
         grouped.copy_from_slice(&row[..groups * cb]);
         for g in 0..groups {
-            for b in 0..cb {
-                row[chunked_code_offset(cb, groups, g, b)] = grouped[g * cb + b];
+            // Every layout keeps runs of 4 code bytes (one i32 lane) together.
+            for b in (0..cb).step_by(4) {
+                let at = chunked_code_offset(cb, groups, g, b);
+                row[at..at + 4].copy_from_slice(&grouped[g * cb + b..g * cb + b + 4]);
             }
         }
     }
