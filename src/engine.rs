@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::kernels::Isa;
+use crate::kernels::{Isa, Precision};
 use crate::decode::{self, Generation};
 use crate::model::{KvCache, KvCacheOptions, KvDtype, Llama, LlamaWeights, LogitRows, ModelConfig, Overflow, Scratch};
 use crate::sampling::Sampler;
@@ -20,6 +20,8 @@ pub struct LoadOptions {
     pub threads: Option<usize>,
     /// Kernel path: "scalar", "avx2" or "avx512" (default: `REPROLM_ISA`, else the best).
     pub isa: Option<String>,
+    /// Matmul arithmetic: "float32" (default) or "int8".
+    pub precision: Option<String>,
 }
 
 /// Upper bound on `threads`, far above any useful value, to reject typos early.
@@ -41,10 +43,19 @@ impl Engine {
             Some(n) if (1..=MAX_THREADS).contains(&n) => n,
             Some(n) => return Err(Error::invalid_argument("threads", format!("{n} is not in 1..={MAX_THREADS}"))),
         };
-        let isa = Isa::select(options.isa.as_deref())?;
+        let precision = options.precision.as_deref().map(Precision::parse).transpose()?.unwrap_or_default();
+        let mut isa = Isa::select(options.isa.as_deref())?;
+        if precision == Precision::Int8 && !isa.int8_available() {
+            let requested = options.isa.is_some() || std::env::var("REPROLM_ISA").is_ok_and(|s| !s.is_empty());
+            if requested {
+                return Err(Error::Unsupported(format!("this CPU cannot run the {} int8 kernels", isa.name())));
+            }
+            // AVX-512 without VNNI: the AVX2 int8 kernels give the same bits.
+            isa = Isa::Avx2;
+        }
         let file = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&file)?;
-        let weights = LlamaWeights::from_gguf(&file, &config)?;
+        let weights = LlamaWeights::from_gguf_with(&file, &config, precision)?;
         let tokenizer = Tokenizer::from_spec(TokenizerSpec::from_gguf(&file)?)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(Error::Model(format!(

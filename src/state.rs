@@ -10,7 +10,7 @@
 //! | 12 | 4 | header size in bytes (96) |
 //! | 16 | 8 | model fingerprint: XXH64 of the GGUF file's bytes ([`Engine::fingerprint`]) |
 //! | 24 | 16 | n_layers, n_kv_heads, head_dim, vocab_size (u32 each) |
-//! | 40 | 8 | kv dtype (u8: 0 f32, 1 f16), overflow policy (u8: 0 error, 1 sliding window), 6 zero bytes |
+//! | 40 | 8 | kv dtype (u8: 0 f32, 1 f16), overflow policy (u8: 0 error, 1 sliding window), precision (u8: 0 float32, 1 int8; the cache's values depend on it), 5 zero bytes |
 //! | 48 | 48 | n_keep, capacity, len, oldest, n_tokens, saved_slots (u64 each) |
 //! | 96 | 4 n_tokens | token ids (u32) |
 //! | ... | | for each layer, for each KV head: keys then values of slots `0..saved_slots`, `head_dim` numbers each in the kv dtype |
@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, Session};
 use crate::error::{Error, Result};
+use crate::kernels::Precision;
 use crate::model::{KvCache, KvCacheOptions, KvDtype, Overflow};
 
 const MAGIC: &[u8; 8] = b"RPLMSESS";
@@ -64,7 +65,11 @@ impl Session {
             Overflow::Error => 0u8,
             Overflow::SlidingWindow { .. } => 1,
         };
-        out.extend_from_slice(&[dtype, overflow, 0, 0, 0, 0, 0, 0]);
+        let precision = match self.engine.llama.precision() {
+            Precision::Float32 => 0u8,
+            Precision::Int8 => 1,
+        };
+        out.extend_from_slice(&[dtype, overflow, precision, 0, 0, 0, 0, 0]);
         for v in [cache.overflow().n_keep(), cache.capacity(), len, oldest, self.tokens.len(), slots] {
             out.extend_from_slice(&(v as u64).to_le_bytes());
         }
@@ -146,7 +151,19 @@ impl Session {
             1 => Overflow::SlidingWindow { n_keep },
             c => return Err(bad(&format!("unknown overflow policy code {c} (n_keep {n_keep})"))),
         };
-        if codes[2..].iter().any(|&b| b != 0) {
+        let precision = match codes[2] {
+            0 => Precision::Float32,
+            1 => Precision::Int8,
+            c => return Err(bad(&format!("unknown precision code {c}"))),
+        };
+        if precision != engine.llama.precision() {
+            return Err(Error::StateModelMismatch(format!(
+                "saved with precision {}, but the model runs {}",
+                precision.name(),
+                engine.llama.precision().name()
+            )));
+        }
+        if codes[3..].iter().any(|&b| b != 0) {
             return Err(bad("reserved header bytes are not zero"));
         }
         if len > n_tokens || slots != len.min(capacity) {

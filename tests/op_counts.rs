@@ -52,7 +52,7 @@ use reprolm::model::{KvDtype, ModelConfig, Overflow};
 static LOCK: Mutex<()> = Mutex::new(());
 
 fn engine(threads: usize) -> Arc<Engine> {
-    Arc::new(Engine::load(model_path(), &LoadOptions { threads: Some(threads), isa: None }).unwrap())
+    Arc::new(Engine::load(model_path(), &LoadOptions { threads: Some(threads), ..Default::default() }).unwrap())
 }
 
 /// Multiplications per position outside attention: `2 d^2 + 2 d d_kv + 3 d f`.

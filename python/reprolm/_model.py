@@ -18,13 +18,15 @@ from ._download import default_model_path
 from .errors import InvalidArgumentError
 from .sampling import Sampler
 
-__all__ = ["Model", "Session", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype", "OverflowPolicy"]
+__all__ = ["Model", "Session", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype", "OverflowPolicy",
+           "Precision"]
 
 Prompt = Union[str, Sequence[int]]
 """A prompt: text, or token ids."""
 FinishReason = Literal["eos", "length", "stop"]
 KvDtype = Literal["f32", "f16"]
 OverflowPolicy = Literal["error", "sliding_window"]
+Precision = Literal["float32", "int8"]
 Message = Mapping[str, Any]
 """A chat message, such as ``{"role": "user", "content": "Hi"}``."""
 
@@ -125,19 +127,24 @@ class Model:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike[str]], *, threads: Optional[int] = None,
-             isa: Optional[str] = None) -> "Model":
+             isa: Optional[str] = None, precision: Precision = "float32") -> "Model":
         """Loads a GGUF file.
 
         ``threads``: worker threads (default: all cores). ``isa``: force a kernel path,
         ``"scalar"``, ``"avx2"`` or ``"avx512"`` (default: ``REPROLM_ISA``, else the best
-        the CPU has); the results are the same bits on every path.
+        the CPU has); the results are the same bits on every path. ``precision``:
+        ``"float32"`` (default: float32 activations, reference-exact logits) or ``"int8"``
+        (activations of quantized matmuls quantized to int8 per group of 32, faster;
+        deterministic like float32, but not reference-exact). Other values raise
+        :class:`InvalidArgumentError`.
         """
-        return cls(_core.Engine(Path(path), threads=threads, isa=isa))
+        return cls(_core.Engine(Path(path), threads=threads, isa=isa, precision=precision))
 
     @classmethod
-    def default(cls, *, threads: Optional[int] = None, isa: Optional[str] = None) -> "Model":
+    def default(cls, *, threads: Optional[int] = None, isa: Optional[str] = None,
+                precision: Precision = "float32") -> "Model":
         """Loads SmolLM2-135M-Instruct (Q4_1), fetching it into the cache on first use."""
-        return cls.load(default_model_path(), threads=threads, isa=isa)
+        return cls.load(default_model_path(), threads=threads, isa=isa, precision=precision)
 
     @property
     def config(self) -> _core.ModelConfig:
@@ -157,8 +164,14 @@ class Model:
         """The kernel path in use."""
         return self._engine.isa
 
+    @property
+    def precision(self) -> Precision:
+        """The matmul arithmetic: ``"float32"`` or ``"int8"``."""
+        return cast(Precision, self._engine.precision)
+
     def __repr__(self) -> str:
-        return f"Model({str(self.path)!r}, threads={self.threads}, isa={self.isa!r})"
+        return (f"Model({str(self.path)!r}, threads={self.threads}, isa={self.isa!r}, "
+                f"precision={self.precision!r})")
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         """Token ids of ``text``. With ``special=True``, special-token strings such as

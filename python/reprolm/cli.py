@@ -33,7 +33,7 @@ def _model_path(args: argparse.Namespace) -> Path:
 
 
 def _load(args: argparse.Namespace) -> Model:
-    return Model.load(_model_path(args), threads=args.threads)
+    return Model.load(_model_path(args), threads=args.threads, precision=args.precision)
 
 
 def _sampler(args: argparse.Namespace) -> Sampler:
@@ -161,7 +161,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     ids = (base * (args.prompt_tokens // len(base) + 1))[: args.prompt_tokens]
     prefill: list[float] = []
     decode: list[float] = []
-    print(f"{model.path.name}: {model.threads} threads, {model.isa} kernels; "
+    print(f"{model.path.name}: {model.threads} threads, {model.isa} kernels, {model.precision}; "
           f"{args.prompt_tokens} prompt tokens, {args.gen_tokens} generated, {args.repeats} repeats",
           file=sys.stderr)
     with ProgressBar("bench", args.repeats * (1 + args.gen_tokens)) as bar:
@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="GGUF file (default: SmolLM2-135M-Instruct, fetched on first use)")
         if threads:
             p.add_argument("--threads", "-t", type=int, default=None, help="worker threads (default: all cores)")
+            p.add_argument("--precision", choices=["float32", "int8"], default="float32",
+                           help="matmul arithmetic: float32 (default, reference-exact) or int8 "
+                                "(int8 activations: faster, deterministic, not reference-exact)")
 
     def add_sampling_options(p: argparse.ArgumentParser, max_tokens: int) -> None:
         p.add_argument("--max-tokens", "-n", type=int, default=max_tokens,

@@ -66,7 +66,7 @@ pub trait Lanes16: Copy {
 
 /// The portable twin: plain arrays and `f32::mul_add`.
 #[derive(Clone, Copy)]
-pub struct Scalar16([f32; 16]);
+pub struct Scalar16(pub(crate) [f32; 16]);
 
 impl Lanes16 for Scalar16 {
     #[inline(always)]
@@ -172,7 +172,7 @@ mod x86 {
 
     /// One AVX-512 register.
     #[derive(Clone, Copy)]
-    pub struct Avx512(__m512);
+    pub struct Avx512(pub(crate) __m512);
 
     impl Lanes16 for Avx512 {
         #[inline(always)]
@@ -284,7 +284,7 @@ mod x86 {
 
     /// Two AVX2 registers: lanes 0..8 and 8..16.
     #[derive(Clone, Copy)]
-    pub struct Avx2x2(__m256, __m256);
+    pub struct Avx2x2(pub(crate) __m256, pub(crate) __m256);
 
     impl Lanes16 for Avx2x2 {
         #[inline(always)]

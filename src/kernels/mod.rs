@@ -7,13 +7,17 @@
 
 pub mod elementwise;
 mod groups;
+pub mod int8;
 mod lanes;
 pub mod packed;
+pub mod quantize_act;
 
 use std::ops::Range;
 
 use groups::{Bf16Group, F16Group, F32Group, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
+pub use int8::matmul_rows_int8;
 pub use lanes::{Lanes16, Scalar16};
+pub use quantize_act::QuantizedRows;
 
 use crate::error::{Error, Result};
 use crate::tensor::GgmlType;
@@ -21,7 +25,7 @@ use crate::tensor::GgmlType;
 /// Values per weight group; matrix widths must be multiples of it.
 pub const GROUP: usize = 32;
 /// Tokens whose activations stay cache-resident while a block of weight rows streams past.
-const TOKEN_BLOCK: usize = 64;
+pub(crate) const TOKEN_BLOCK: usize = 64;
 
 /// The instruction set the kernels run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +73,15 @@ impl Isa {
         }
     }
 
+    /// Whether this CPU can run the path's int8 kernels (AVX-512 needs VNNI for them).
+    pub fn int8_available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => self.available() && is_x86_feature_detected!("avx512vnni"),
+            _ => self.available(),
+        }
+    }
+
     /// The fastest available path.
     pub fn best() -> Isa {
         [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.available()).unwrap_or(Isa::Scalar)
@@ -87,6 +100,34 @@ impl Isa {
                     Err(Error::Unsupported(format!("this CPU cannot run the {} kernels", isa.name())))
                 }
             }
+        }
+    }
+}
+
+/// The arithmetic of matmuls on quantized weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f32 activations against the exactly dequantized weights (the reference numerics).
+    #[default]
+    Float32,
+    /// Activations quantized to int8 per group of 32, integer dot products per group
+    /// ([`int8`], [`quantize_act`]); float matrices and attention stay f32.
+    Int8,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Float32 => "float32",
+            Precision::Int8 => "int8",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Precision> {
+        match name.to_ascii_lowercase().as_str() {
+            "float32" => Ok(Precision::Float32),
+            "int8" => Ok(Precision::Int8),
+            _ => Err(Error::invalid_argument("precision", format!("'{name}' is not one of float32, int8"))),
         }
     }
 }
@@ -351,11 +392,11 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
     }
 }
 
-const PREFETCH_ROWS: usize = 2;
+pub(crate) const PREFETCH_ROWS: usize = 2;
 
 /// Asks for the cache lines of `p[..n]` (a hint: no effect on results).
 #[inline(always)]
-unsafe fn prefetch(p: *const u8, n: usize) {
+pub(crate) unsafe fn prefetch(p: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -369,7 +410,7 @@ unsafe fn prefetch(p: *const u8, n: usize) {
 
 /// 16 f16 values from `p`, of which only the first `n` exist (the rest read as zero).
 #[inline(always)]
-unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
+pub(crate) unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
     if n == 16 {
         L::f16x16(p)
     } else {

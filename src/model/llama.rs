@@ -3,16 +3,20 @@
 //! Per layer: RMSNorm -> Q, K, V projections -> RoPE (ggml "normal" mode: adjacent pairs
 //! rotate) -> K, V written to the cache -> causal grouped-query attention over the cache ->
 //! output projection + residual -> RMSNorm -> SwiGLU feed-forward + residual. Activations
-//! are f32 throughout. Parallel phases split only independent outputs (matrix rows,
-//! (token, head) pairs), so each value has one op sequence whatever the thread count or
-//! the number of tokens per call.
+//! are f32 throughout, except that with [`Precision::Int8`] each matmul on quantized weights
+//! reads its input quantized per group of 32 (`kernels::quantize_act`). Parallel phases
+//! split only independent outputs (matrix rows, (token, head) pairs, tokens), so each value
+//! has one op sequence whatever the thread count or the number of tokens per call.
 
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
 use super::rowwise;
 use super::weights::{LlamaWeights, Matrix};
 use crate::error::{Error, Result};
-use crate::kernels::{elementwise, group_sums_len, matmul_rows, weighted_row_sums, Activations, Isa, MatRef, OutPtr};
+use crate::kernels::{
+    elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa, MatRef, OutPtr,
+    Precision, QuantizedRows,
+};
 use crate::threads::{split, ThreadPool};
 
 /// Which positions of a forward call need logits.
@@ -26,7 +30,8 @@ pub enum LogitRows {
     None,
 }
 
-/// A Llama model: configuration, weights and the kernel path to run on.
+/// A Llama model: configuration, weights (packed for a [`Precision`], see
+/// [`Llama::precision`]) and the kernel path to run on.
 pub struct Llama {
     pub config: ModelConfig,
     pub weights: LlamaWeights,
@@ -42,7 +47,10 @@ pub struct Scratch {
     /// [T][d_model] normalised input of the current matmul
     xn: Vec<f32>,
     /// [T][group_sums_len(max(d_model, ffn_dim))] group sums of the current matmul input
+    /// (float32 precision)
     gs: Vec<f32>,
+    /// The current matmul input quantized per group (int8 precision; grows in `quantize`)
+    xq: QuantizedRows,
     /// [T][d_model]
     q: Vec<f32>,
     /// [T][d_kv]
@@ -95,6 +103,8 @@ impl Scratch {
 /// Parallel phases are cut into up to this many chunks per thread, so a thread the OS
 /// deschedules delays the others by one small chunk at most.
 const CHUNKS_PER_THREAD: usize = 4;
+/// Activation rows below which quantizing them is not worth a hand-off.
+const MIN_TOKENS_PER_QUANTIZE_CHUNK: usize = 8;
 /// Matrix rows below which a chunk is not worth the hand-off.
 const MIN_ROWS_PER_CHUNK: usize = 16;
 
@@ -142,13 +152,15 @@ impl Llama {
         let eps = cfg.rms_eps;
         let first_norm = w.layers.first().map(|lw| &lw.attn_norm[..]);
         rowwise::residual_norm(pool, &mut scratch.x, None, first_norm, eps, (t_n, d), &mut scratch.xn, &mut scratch.gs);
+        self.quantize_input(pool, &scratch.xn, d, t_n, &mut scratch.xq);
         for (l, lw) in w.layers.iter().enumerate() {
             crate::count::set_layer(Some(l));
-            // Attention block (its input norm is done: xn, gs).
+            // Attention block (its input is ready: xn, gs, and xq for int8).
             self.matmuls(
                 pool,
                 &scratch.xn,
                 &scratch.gs,
+                &scratch.xq,
                 t_n,
                 &[(&lw.wq, &mut scratch.q), (&lw.wk, &mut scratch.k), (&lw.wv, &mut scratch.v)],
             );
@@ -160,24 +172,31 @@ impl Llama {
             }
             self.attention(pool, cache, scratch, l, p0, t_n);
             rowwise::group_sums_rows(pool, &scratch.att, d, t_n, &mut scratch.gs);
-            self.matmuls(pool, &scratch.att, &scratch.gs, t_n, &[(&lw.wo, &mut scratch.proj)]);
+            self.quantize_input(pool, &scratch.att, d, t_n, &mut scratch.xq);
+            self.matmuls(pool, &scratch.att, &scratch.gs, &scratch.xq, t_n, &[(&lw.wo, &mut scratch.proj)]);
             let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
             rowwise::residual_norm(pool, x, Some(&scratch.proj), Some(&lw.ffn_norm), eps, (t_n, d), xn, gs);
+            self.quantize_input(pool, &scratch.xn, d, t_n, &mut scratch.xq);
 
             // Feed-forward block.
             self.matmuls(
                 pool,
                 &scratch.xn,
                 &scratch.gs,
+                &scratch.xq,
                 t_n,
                 &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
             );
             rowwise::swiglu(pool, self.isa, &mut scratch.gate, &scratch.up, ff, t_n, &mut scratch.gs);
-            self.matmuls(pool, &scratch.gate, &scratch.gs, t_n, &[(&lw.w_down, &mut scratch.proj)]);
+            self.quantize_input(pool, &scratch.gate, ff, t_n, &mut scratch.xq);
+            self.matmuls(pool, &scratch.gate, &scratch.gs, &scratch.xq, t_n, &[(&lw.w_down, &mut scratch.proj)]);
             // The residual add, and the next layer's input norm.
             let next_norm = w.layers.get(l + 1).map(|next| &next.attn_norm[..]);
             let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
             rowwise::residual_norm(pool, x, Some(&scratch.proj), next_norm, eps, (t_n, d), xn, gs);
+            if next_norm.is_some() {
+                self.quantize_input(pool, &scratch.xn, d, t_n, &mut scratch.xq);
+            }
         }
         cache.advance_to(p0 + t_n);
         crate::count::set_layer(None);
@@ -190,9 +209,10 @@ impl Llama {
         let n_out = t_n - first;
         let (x, xn, gs) = (&mut scratch.x[first * d..], &mut scratch.xn, &mut scratch.gs);
         rowwise::residual_norm(pool, x, None, Some(&w.output_norm), cfg.rms_eps, (n_out, d), xn, gs);
+        self.quantize_input(pool, &scratch.xn, d, n_out, &mut scratch.xq);
         let mut logits = std::mem::take(&mut scratch.logits);
         logits.resize(n_out * cfg.vocab_size, 0.0);
-        self.matmuls(pool, &scratch.xn, &scratch.gs, n_out, &[(&w.output, &mut logits)]);
+        self.matmuls(pool, &scratch.xn, &scratch.gs, &scratch.xq, n_out, &[(&w.output, &mut logits)]);
         scratch.logits = logits;
         Ok(())
     }
@@ -213,29 +233,69 @@ impl Llama {
         }
     }
 
+    /// The arithmetic of matmuls on quantized weights (chosen when the weights were packed).
+    pub fn precision(&self) -> Precision {
+        self.weights.precision()
+    }
+
+    /// With int8 precision, quantizes the `t_n` input rows of `cols` values of the next matmul
+    /// phase into `xq` (each row by the same code whichever thread takes it, so the result is
+    /// the same for any thread count); float32 matmuls read the rows and their group sums.
+    fn quantize_input(&self, pool: &ThreadPool, x: &[f32], cols: usize, t_n: usize, xq: &mut QuantizedRows) {
+        if self.precision() != Precision::Int8 {
+            return;
+        }
+        let writer = xq.writer(cols, t_n);
+        if t_n < MIN_TOKENS_PER_QUANTIZE_CHUNK * 2 {
+            // SAFETY: one writer, all rows.
+            unsafe { writer.quantize(x, 0..t_n) };
+        } else {
+            let n = chunks_for(pool, t_n / MIN_TOKENS_PER_QUANTIZE_CHUNK);
+            // SAFETY: chunk c writes only its own rows.
+            pool.run(n, |c| unsafe { writer.quantize(x, split(t_n, c, n)) });
+        }
+    }
+
     /// One parallel phase: several matrices applied to the same `t_n` input rows, their
-    /// output rows concatenated and split evenly across the pool.
-    fn matmuls(&self, pool: &ThreadPool, x: &[f32], gs: &[f32], t_n: usize, jobs: &[(&Matrix, &mut Vec<f32>)]) {
+    /// output rows concatenated and split evenly across the pool. Quantized matrices packed
+    /// for int8 read `xq`, the others `x` (and `gs`).
+    fn matmuls(
+        &self,
+        pool: &ThreadPool,
+        x: &[f32],
+        gs: &[f32],
+        xq: &QuantizedRows,
+        t_n: usize,
+        jobs: &[(&Matrix, &mut Vec<f32>)],
+    ) {
         let cols = jobs[0].0.cols;
         let act = Activations { x, gs, n_tokens: t_n, cols };
         let mats: Vec<_> = jobs
             .iter()
             .map(|(m, out)| {
                 debug_assert!(m.cols == cols && out.len() >= t_n * m.rows);
-                (self.weights.mat(m), OutPtr { ptr: out.as_ptr() as *mut f32, token_stride: m.rows })
+                let int8 = self.weights.is_int8(m);
+                debug_assert!(!int8 || (xq.n_tokens == t_n && xq.cols == cols));
+                (self.weights.mat(m), OutPtr { ptr: out.as_ptr() as *mut f32, token_stride: m.rows }, int8)
             })
             .collect();
-        let total: usize = mats.iter().map(|(m, _)| m.rows).sum();
+        let total: usize = mats.iter().map(|(m, _, _)| m.rows).sum();
         let n = chunks_for(pool, total / MIN_ROWS_PER_CHUNK);
         pool.run(n, |c| {
             let mine = split(total, c, n);
             let mut base = 0;
-            for (m, out) in &mats {
+            for (m, out, int8) in &mats {
                 let (lo, hi) = (mine.start.max(base), mine.end.min(base + m.rows));
                 if lo < hi {
                     // SAFETY: each (token, row) output is written by exactly one thread, and
                     // the buffers outlive the phase.
-                    unsafe { matmul_rows(self.isa, m, &act, lo - base..hi - base, *out) };
+                    unsafe {
+                        if *int8 {
+                            matmul_rows_int8(self.isa, m, xq, lo - base..hi - base, *out)
+                        } else {
+                            matmul_rows(self.isa, m, &act, lo - base..hi - base, *out)
+                        }
+                    };
                 }
                 base += m.rows;
             }

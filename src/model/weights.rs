@@ -7,8 +7,8 @@ use memmap2::Mmap;
 use super::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::packed::{dequantize_packed_row, is_packed, pack_rows};
-use crate::kernels::{MatRef, GROUP};
+use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_packed, pack_rows, Layout};
+use crate::kernels::{MatRef, Precision, GROUP};
 use crate::tensor::{dequantize_row, GgmlType};
 
 /// A weight matrix: `rows` outputs, each `cols` inputs long.
@@ -26,8 +26,9 @@ pub struct Matrix {
 enum Storage {
     /// Float types, used in place: a byte range of the file map.
     Mapped { offset: usize, n_bytes: usize },
-    /// Quantized types, repacked at load (`kernels::packed`): [rows][row bytes].
-    Packed(Arc<[u8]>),
+    /// Quantized types, repacked at load (`kernels::packed`): [rows][row bytes], codes in
+    /// the grouped layout (f32 kernels) or the chunked one (int8 kernels).
+    Packed(Arc<[u8]>, Layout),
 }
 
 /// One transformer block's weights.
@@ -57,6 +58,8 @@ pub struct LayerWeights {
 #[derive(Debug)]
 pub struct LlamaWeights {
     map: Arc<Mmap>,
+    /// The arithmetic of quantized matmuls; decides the packed layout.
+    precision: Precision,
     /// [vocab_size][d_model]
     pub token_embd: Matrix,
     pub layers: Vec<LayerWeights>,
@@ -67,7 +70,17 @@ pub struct LlamaWeights {
 }
 
 impl LlamaWeights {
+    /// The weights for the default `Precision::Float32`.
     pub fn from_gguf(file: &GgufFile, cfg: &ModelConfig) -> Result<LlamaWeights> {
+        LlamaWeights::from_gguf_with(file, cfg, Precision::Float32)
+    }
+
+    /// The weights, quantized matrices packed for `precision`'s kernels.
+    pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<LlamaWeights> {
+        let layout = match precision {
+            Precision::Float32 => Layout::Grouped,
+            Precision::Int8 => Layout::Chunked,
+        };
         let (d, dkv, ff, vocab) = (cfg.d_model, cfg.d_kv(), cfg.ffn_dim, cfg.vocab_size);
         let matrix = |name: &str, rows: usize, cols: usize| -> Result<Matrix> {
             let info = tensor(file, name)?;
@@ -79,10 +92,13 @@ impl LlamaWeights {
             }
             let storage = if is_packed(info.ggml_type) {
                 let bytes = file.tensor_bytes(info);
-                let packed = pack_rows(info.ggml_type, cols, bytes);
+                let mut packed = pack_rows(info.ggml_type, cols, bytes);
+                if layout == Layout::Chunked {
+                    chunk_rows(info.ggml_type, cols, &mut packed);
+                }
                 // The file's pages are no longer needed: let the kernel reclaim them.
                 file.release(info);
-                Storage::Packed(packed.into())
+                Storage::Packed(packed.into(), layout)
             } else {
                 Storage::Mapped { offset: info.offset, n_bytes: info.n_bytes }
             };
@@ -118,6 +134,7 @@ impl LlamaWeights {
         };
         Ok(LlamaWeights {
             map: Arc::clone(file.map()),
+            precision,
             token_embd,
             layers,
             output_norm: vector("output_norm.weight")?,
@@ -129,9 +146,18 @@ impl LlamaWeights {
     pub fn mat<'a>(&'a self, m: &'a Matrix) -> MatRef<'a> {
         let data = match &m.storage {
             Storage::Mapped { offset, n_bytes } => &self.map[*offset..*offset + *n_bytes],
-            Storage::Packed(bytes) => bytes,
+            Storage::Packed(bytes, _) => bytes,
         };
         MatRef { ty: m.ty, rows: m.rows, cols: m.cols, data }
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Whether the int8 kernels run this matrix (quantized, packed in the chunked layout).
+    pub fn is_int8(&self, m: &Matrix) -> bool {
+        matches!(m.storage, Storage::Packed(_, Layout::Chunked))
     }
 
     /// Row `r` of a matrix dequantized into `out` (embedding lookup), with the values of
@@ -141,7 +167,7 @@ impl LlamaWeights {
         let row = &mat.data[r * mat.row_bytes()..(r + 1) * mat.row_bytes()];
         match m.storage {
             Storage::Mapped { .. } => dequantize_row(m.ty, row, out),
-            Storage::Packed(_) => dequantize_packed_row(m.ty, row, out),
+            Storage::Packed(_, layout) => dequantize_packed_row_in(m.ty, layout, row, out),
         }
     }
 }

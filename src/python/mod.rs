@@ -79,13 +79,19 @@ pub(crate) fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
 #[pymethods]
 impl PyEngine {
     #[new]
-    #[pyo3(signature = (path, *, threads=None, isa=None))]
-    fn new(py: Python<'_>, path: std::path::PathBuf, threads: Option<i64>, isa: Option<String>) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, threads=None, isa=None, precision=None))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        threads: Option<i64>,
+        isa: Option<String>,
+        precision: Option<String>,
+    ) -> PyResult<Self> {
         let threads = threads
             .map(|t| usize::try_from(t).map_err(|_| Error::invalid_argument("threads", format!("{t} is not positive"))))
             .transpose()
             .py()?;
-        let options = LoadOptions { threads, isa };
+        let options = LoadOptions { threads, isa, precision };
         let engine = py.detach(|| Engine::load(&path, &options)).py()?;
         Ok(PyEngine { engine: Arc::new(engine) })
     }
@@ -118,6 +124,11 @@ impl PyEngine {
     #[getter]
     fn isa(&self) -> &'static str {
         self.engine.llama.isa.name()
+    }
+
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.engine.llama.precision().name()
     }
 
     #[getter]

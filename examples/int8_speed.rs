@@ -1,0 +1,72 @@
+//! Times the Q4_1 kernels on SmolLM2's feed-forward shapes (and, for 1 token, the Q8_0 LM
+//! head), one thread: the float32 path
+//! (`matmul_rows`, group sums included) against the int8 path (`matmul_rows_int8`, with and
+//! without quantizing the activations). Not a test: prints medians of repeated runs.
+//!
+//! `cargo run --release --example int8_speed [-- TOKENS]` (default 64 tokens).
+
+use std::time::Instant;
+
+use reprolm::kernels::packed::{chunk_rows, pack_rows};
+use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, matmul_rows_int8, Activations, Isa, MatRef, OutPtr, QuantizedRows};
+use reprolm::tensor::GgmlType;
+
+/// Median seconds of `reps` runs of `f` (after one warm-up run).
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[reps / 2]
+}
+
+fn main() {
+    let n_tokens: usize = std::env::args().nth(1).map_or(64, |s| s.parse().expect("TOKENS"));
+    let isa = [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.int8_available()).unwrap_or(Isa::Scalar);
+    println!("{n_tokens} tokens, 1 thread, {} kernels; median of 41 runs", isa.name());
+    let mut cases = vec![(GgmlType::Q4_1, 576usize, 1536usize), (GgmlType::Q4_1, 1536, 576)];
+    if n_tokens == 1 {
+        cases.push((GgmlType::Q8_0, 576, 49152)); // the LM head
+    }
+    for (ty, cols, rows) in cases {
+        let n = rows * ty.row_bytes(cols);
+        // Small finite f16 scales and offsets: every 2nd byte below 0x3C.
+        let ggml: Vec<u8> = (0..n).map(|i| if i % 2 == 1 { (i % 0x3C) as u8 } else { (i * 7 % 251) as u8 }).collect();
+        let grouped = pack_rows(ty, cols, &ggml);
+        let mut chunked = grouped.clone();
+        chunk_rows(ty, cols, &mut chunked);
+        let (wf, wi) = (MatRef { ty, rows, cols, data: &grouped }, MatRef { ty, rows, cols, data: &chunked });
+        let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
+        let gl = group_sums_len(cols);
+        let mut gs = vec![0f32; n_tokens * gl];
+        let mut q = QuantizedRows::default();
+        let mut out = vec![0f32; n_tokens * rows];
+        let o = OutPtr { ptr: out.as_mut_ptr(), token_stride: rows };
+        let f32_time = time(41, || {
+            for t in 0..n_tokens {
+                group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * gl..(t + 1) * gl]);
+            }
+            let act = Activations { x: &x, gs: &gs, n_tokens, cols };
+            unsafe { matmul_rows(isa, &wf, &act, 0..rows, o) };
+        });
+        let quant_time = time(41, || q.quantize(&x, cols, n_tokens));
+        let int8_time = time(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o) });
+        let macs = (rows * cols * n_tokens) as f64;
+        println!(
+            "  {} {cols}x{rows} (cols x rows): float32 {:8.1} us ({:5.1} GMAC/s) | int8 kernel {:8.1} us ({:5.1} GMAC/s) + quantize {:6.1} us | speed-up {:.2}x ({:.2}x with quantize)",
+            ty.name(),
+            f32_time * 1e6,
+            macs / f32_time / 1e9,
+            int8_time * 1e6,
+            macs / int8_time / 1e9,
+            quant_time * 1e6,
+            f32_time / int8_time,
+            f32_time / (int8_time + quant_time)
+        );
+    }
+}

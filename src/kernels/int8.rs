@@ -1,0 +1,744 @@
+//! The `precision = "int8"` kernels: packed quantized weight rows (Q4_0, Q4_1, Q8_0, codes
+//! in the chunked layout of [`super::packed`]) against activation rows quantized per group
+//! of 32 by [`super::quantize_act`].
+//!
+//! Canonical operation order for one output (weight row `w`, activation row `x`). Groups
+//! come in chunks of 16; lane `l` of chunk `c` is group `g = 16c + l`. Per chunk:
+//!
+//! 1. `isum[l]` = the group's integer dot product, exact in i32:
+//!    `sum_i q_w[i] * q_x[i]` with `q_w` the code (Q8_0: signed byte; Q4_1: nibble `0..15`;
+//!    Q4_0: nibble minus 8). `|isum| <= 32 * 128 * 127 < 2^24`, so `f32(isum)` is exact;
+//! 2. `dd[l] = d_w[g] * d_x[g]` (f32 multiplication, `d_w` the f16 scale converted exactly);
+//! 3. `acc = fma(dd, f32(isum), acc)`;
+//! 4. Q4_1 only: `acc = fma(m_w[g], s_x[g], acc)` (`s_x = d_x * qsum_x`, see `quantize_act`).
+//!
+//! `acc` (16 f32 lanes) starts at zero; lanes past the last group have `d_w = m_w = 0`,
+//! `isum = 0`. A narrow last chunk (`n <= 4` groups, see `quantize_act`) has lane
+//! `L = 4g + w` hold 8 values of group `g` (values `4w..4w + 4` and `16 + 4w..16 + 4w + 4`):
+//! there step 1 is that lane's exact 8-value dot `psum[L]`, step 2 uses `d_w`, `d_x` of the
+//! lane's group, step 3 is `acc = fma(dd, f32(psum), acc)`, and step 4 (Q4_1) is as for a
+//! full chunk (lane `l` = group `16c + l`). The result is `reduce(acc)` with the fixed tree of
+//! [`super::lanes::Lanes16::reduce`]. Integer sums may be formed in any order (they are
+//! exact), so each ISA computes `isum` its own way:
+//!
+//! - scalar twin: the products summed directly;
+//! - AVX-512 VNNI: `vpdpbusd` (u8 x s8, 4 products per i32 lane, no saturation). Q4 codes are
+//!   unsigned already (Q4_0 subtracts `8 * qsum_x` after); Q8_0 codes are biased to
+//!   unsigned with `q ^ 0x80 = q + 128` and `128 * qsum_x` is subtracted after;
+//! - AVX2: `vpmaddubsw` (u8 x s8 pairs to saturating i16) then `vpmaddwd` with ones. Bounds
+//!   are in the comments at each use; nothing saturates.
+//!
+//! Each output's sequence depends only on the shapes, never on the tile, the thread's rows
+//! or the number of tokens in the call.
+
+// Lane, token and row indices address several arrays at once in these loops.
+#![allow(clippy::needless_range_loop)]
+
+use std::ops::Range;
+
+use super::lanes::{Lanes16, Scalar16};
+use super::packed::{code_bytes, is_packed};
+use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
+use super::{f16_chunk, prefetch, Isa, MatRef, OutPtr, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
+use crate::tensor::GgmlType;
+
+/// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
+/// (packed, chunked layout) against token `t` of `act`, by the order in the module docs.
+///
+/// # Safety
+/// `out` must be valid for those writes, and no other thread may touch those elements.
+pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+    assert_eq!(w.cols, act.cols);
+    assert!(is_packed(w.ty) && w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
+    assert_eq!(w.data.len(), w.rows * w.row_bytes());
+    let (qs, ls) = (act.q_stride(), act.lane_stride());
+    assert!(act.q.len() >= act.n_tokens * qs);
+    assert!(act.d.len() >= act.n_tokens * ls && act.s.len() >= act.n_tokens * ls && act.qsum.len() >= act.n_tokens * ls);
+    assert!(act.tail_d.len() >= act.n_tokens * CHUNK_GROUPS && act.tail_sum.len() >= act.n_tokens * CHUNK_GROUPS);
+    assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
+    crate::count::mults(rows.len() * act.n_tokens * w.cols);
+    match isa {
+        Isa::Scalar => by_type::<ScalarI32>(w, act, rows, out),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::avx2(w, act, rows, out),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86::avx512(w, act, rows, out),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("no SIMD path on this architecture"),
+    }
+}
+
+/// Sixteen i32 lanes (lane `l` = group `16c + l` of a chunk), one implementation per ISA.
+pub(crate) trait IntLanes: Copy {
+    /// The f32 lanes of the same ISA.
+    type F: Lanes16;
+    /// One chunk of nibble codes, unpacked to 8 words of 16 lanes x 4 bytes: word `k < 4`
+    /// holds the low nibbles of code word `k` (values `4k..4k+4` of each group), word `k + 4`
+    /// the high nibbles (values `16 + 4k..`), matching activation word `k`.
+    type Q4: Copy;
+    /// One chunk of Q8_0 codes, prepared for this ISA's dot product.
+    type Q8: Copy;
+    /// Nibble codes of a chunk of `n` (1 to 16) groups at `codes`; missing lanes are zero.
+    unsafe fn q4(codes: *const u8, n: usize) -> Self::Q4;
+    /// Q8_0 codes of a chunk of `n` (1 to 16) groups at `codes`; missing lanes are zero.
+    unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8;
+    /// Lane `l`: `sum over the group's 32 values of code (0..15) * x` (one chunk of `x`).
+    unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self;
+    /// Lane `l`: `sum of signed code * x`; `qsum` is the chunk's 16 activation code sums.
+    unsafe fn dot_q8(w: &Self::Q8, x: *const i8, qsum: *const i32) -> Self;
+    /// `self - 8 * qsum` lane-wise.
+    unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self;
+    /// Exact conversion (every value is below 2^24 in magnitude).
+    unsafe fn to_f32(self) -> Self::F;
+    /// A narrow chunk's nibble codes (`n <= 4` groups, `16n` bytes, lane `4g + w` = code
+    /// bytes `16g + 4w..`): low nibbles (half 0), high nibbles (half 1).
+    type T4: Copy;
+    /// A narrow chunk's Q8_0 codes (half `h` at `codes + 16n h`), prepared.
+    type T8: Copy;
+    unsafe fn t4(codes: *const u8, n: usize) -> Self::T4;
+    unsafe fn t8(codes: *const u8, n: usize) -> Self::T8;
+    /// Lane `L`: the 8-value dot of the narrow chunk (`x`: its 128 activation bytes).
+    unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self;
+    /// As `dot_t4` with signed codes; `lane_sum` holds the 16 lanes' activation code sums.
+    unsafe fn dot_t8(w: &Self::T8, x: *const i8, lane_sum: *const i32) -> Self;
+    /// Lane `L` of the result is lane `L / 4` of `v` (a narrow chunk's per-lane scales).
+    unsafe fn spread4(v: Self::F) -> Self::F;
+}
+
+/// How one weight type's chunk enters the integer dot product.
+trait Kind {
+    const CODE_BYTES: usize;
+    /// Q4_1's `m * s` term.
+    const OFFSET: bool;
+    type W<D: IntLanes>: Copy;
+    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> Self::W<D>;
+    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32) -> D;
+    /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
+    type T<D: IntLanes>: Copy;
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
+    unsafe fn psum<D: IntLanes>(w: &Self::T<D>, x: *const i8, sums: *const i32) -> D;
+}
+
+struct KQ4_0;
+impl Kind for KQ4_0 {
+    const CODE_BYTES: usize = 16;
+    const OFFSET: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q4 {
+        D::q4(codes, n)
+    }
+    /// `sum (q - 8) x = sum q x - 8 sum x`.
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32) -> D {
+        D::dot_q4(w, x).minus_8_qsum(qsum)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
+        D::dot_t4(w, x).minus_8_qsum(sums)
+    }
+}
+
+struct KQ4_1;
+impl Kind for KQ4_1 {
+    const CODE_BYTES: usize = 16;
+    const OFFSET: bool = true;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q4 {
+        D::q4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32) -> D {
+        D::dot_q4(w, x)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
+        D::dot_t4(w, x)
+    }
+}
+
+struct KQ8_0;
+impl Kind for KQ8_0 {
+    const CODE_BYTES: usize = 32;
+    const OFFSET: bool = false;
+    type W<D: IntLanes> = D::Q8;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q8 {
+        D::q8(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32) -> D {
+        D::dot_q8(w, x, qsum)
+    }
+    type T<D: IntLanes> = D::T8;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T8 {
+        D::t8(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
+        D::dot_t8(w, x, sums)
+    }
+}
+
+#[inline(always)]
+unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+    match w.ty {
+        GgmlType::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out),
+        GgmlType::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out),
+        GgmlType::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out),
+        _ => unreachable!("checked by is_packed"),
+    }
+}
+
+/// Token blocks, then rows, then tiles of up to 2 rows x 4 tokens (as the f32 kernels).
+#[inline(always)]
+unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+    debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
+    let row_bytes = w.row_bytes();
+    let (qs, ls) = (act.q_stride(), act.lane_stride());
+    let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
+    for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
+        let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
+        let mut r = rows.start;
+        while r < rows.end {
+            let nr = tile_rows.min(rows.end - r);
+            let row = w.data.as_ptr().add(r * row_bytes);
+            let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
+            prefetch(row.add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
+            let mut t = t_block;
+            while t < t_end {
+                let x = Acts {
+                    q: act.q.as_ptr().add(t * qs),
+                    d: act.d.as_ptr().add(t * ls),
+                    s: act.s.as_ptr().add(t * ls),
+                    qsum: act.qsum.as_ptr().add(t * ls),
+                    tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
+                    tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
+                    q_stride: qs,
+                    lane_stride: ls,
+                };
+                let o = out.ptr.add(t * out.token_stride + r);
+                let (c, s) = (w.cols, out.token_stride);
+                t += match (nr, t_end - t) {
+                    (1, 1) => tile::<D, K, 1, 1>(row, row_bytes, c, &x, o, s),
+                    (1, 2) => tile::<D, K, 1, 2>(row, row_bytes, c, &x, o, s),
+                    (1, 3) => tile::<D, K, 1, 3>(row, row_bytes, c, &x, o, s),
+                    (1, _) => tile::<D, K, 1, 4>(row, row_bytes, c, &x, o, s),
+                    (_, 1) => tile::<D, K, 2, 1>(row, row_bytes, c, &x, o, s),
+                    (_, 2) => tile::<D, K, 2, 2>(row, row_bytes, c, &x, o, s),
+                    (_, 3) => tile::<D, K, 2, 3>(row, row_bytes, c, &x, o, s),
+                    (_, _) => tile::<D, K, 2, 4>(row, row_bytes, c, &x, o, s),
+                };
+            }
+            r += nr;
+        }
+    }
+}
+
+/// `[f(0), f(1), ...]`, always inlined: `std::array::from_fn` of SIMD values is not always,
+/// and then its intrinsics become calls.
+#[inline(always)]
+fn array<T, const N: usize>(mut f: impl FnMut(usize) -> T) -> [T; N] {
+    let mut out = std::mem::MaybeUninit::<[T; N]>::uninit();
+    let p = out.as_mut_ptr().cast::<T>();
+    for i in 0..N {
+        // SAFETY: element i of the array, written once.
+        unsafe { p.add(i).write(f(i)) };
+    }
+    // SAFETY: all N elements were written.
+    unsafe { out.assume_init() }
+}
+
+/// Pointers to the first token of a tile's quantized activations.
+struct Acts {
+    q: *const i8,
+    d: *const f32,
+    s: *const f32,
+    qsum: *const i32,
+    tail_d: *const f32,
+    tail_sum: *const i32,
+    q_stride: usize,
+    lane_stride: usize,
+}
+
+/// `NR` consecutive packed rows (from `row`, `row_bytes` apart) against `NT` consecutive
+/// tokens, each output by the canonical order; returns `NT`.
+#[inline(always)]
+unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
+    row: *const u8,
+    row_bytes: usize,
+    cols: usize,
+    x: &Acts,
+    out: *mut f32,
+    out_stride: usize,
+) -> usize {
+    let groups = cols / GROUP;
+    let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
+    let d_ptr = rows.map(|p| p.add(groups * K::CODE_BYTES));
+    let mut acc = [[<D::F as Lanes16>::zero(); NT]; NR];
+    for c in 0..wide_chunks(cols) {
+        let g0 = c * CHUNK_GROUPS;
+        let n = (groups - g0).min(CHUNK_GROUPS);
+        let w: [K::W<D>; NR] = array(|r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+        let dw: [D::F; NR] = array(|r| f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n));
+        let mw: [D::F; NR] = array(|r| {
+            if K::OFFSET {
+                f16_chunk::<D::F>(d_ptr[r].add(2 * groups + 2 * g0), n)
+            } else {
+                <D::F as Lanes16>::zero()
+            }
+        });
+        for t in 0..NT {
+            let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
+            let lane = t * x.lane_stride + g0;
+            let dx = <D::F as Lanes16>::load(x.d.add(lane));
+            let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
+            for r in 0..NR {
+                let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane));
+                let dd = <D::F as Lanes16>::mul(dw[r], dx);
+                let mut a = <D::F as Lanes16>::fma(dd, isum.to_f32(), acc[r][t]);
+                if K::OFFSET {
+                    a = <D::F as Lanes16>::fma(mw[r], sx, a);
+                }
+                acc[r][t] = a;
+            }
+        }
+    }
+    let n = narrow_groups(cols);
+    if n > 0 {
+        let g0 = groups - n;
+        let w: [K::T<D>; NR] = array(|r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+        // Lane 4g + w: the scale of group g (zero past the groups).
+        let dw: [D::F; NR] = array(|r| D::spread4(f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n)));
+        let mw: [D::F; NR] = array(|r| {
+            if K::OFFSET {
+                f16_chunk::<D::F>(d_ptr[r].add(2 * groups + 2 * g0), n)
+            } else {
+                <D::F as Lanes16>::zero()
+            }
+        });
+        for t in 0..NT {
+            let xq = x.q.add(t * x.q_stride + (g0 / CHUNK_GROUPS) * CHUNK_BYTES);
+            let dx = <D::F as Lanes16>::load(x.tail_d.add(t * CHUNK_GROUPS));
+            let sums = x.tail_sum.add(t * CHUNK_GROUPS);
+            let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(t * x.lane_stride + g0)) } else { <D::F as Lanes16>::zero() };
+            for r in 0..NR {
+                let psum = K::psum::<D>(&w[r], xq, sums);
+                let dd = <D::F as Lanes16>::mul(dw[r], dx);
+                let mut a = <D::F as Lanes16>::fma(dd, psum.to_f32(), acc[r][t]);
+                if K::OFFSET {
+                    a = <D::F as Lanes16>::fma(mw[r], sx, a);
+                }
+                acc[r][t] = a;
+            }
+        }
+    }
+    for r in 0..NR {
+        for t in 0..NT {
+            *out.add(t * out_stride + r) = acc[r][t].reduce();
+        }
+    }
+    NT
+}
+
+/// The portable twin: plain integer arithmetic.
+#[derive(Clone, Copy)]
+pub(crate) struct ScalarI32([i32; 16]);
+
+impl IntLanes for ScalarI32 {
+    type F = Scalar16;
+    /// [word][lane * 4 + byte]
+    type Q4 = [[u8; 64]; 8];
+    /// [word][lane * 4 + byte]
+    type Q8 = [[i8; 64]; 8];
+    #[inline(always)]
+    unsafe fn q4(codes: *const u8, n: usize) -> Self::Q4 {
+        let mut w = [[0u8; 64]; 8];
+        for j in 0..4 {
+            for i in 0..4 * n {
+                let b = *codes.add(4 * n * j + i);
+                w[j][i] = b & 0x0F;
+                w[j + 4][i] = b >> 4;
+            }
+        }
+        w
+    }
+    #[inline(always)]
+    unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8 {
+        let mut w = [[0i8; 64]; 8];
+        for (j, word) in w.iter_mut().enumerate() {
+            for (i, v) in word.iter_mut().enumerate().take(4 * n) {
+                *v = *codes.add(4 * n * j + i) as i8;
+            }
+        }
+        w
+    }
+    #[inline(always)]
+    unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self {
+        ScalarI32(std::array::from_fn(|l| {
+            let mut s = 0i32;
+            for (k, word) in w.iter().enumerate() {
+                for b in 0..4 {
+                    s += word[4 * l + b] as i32 * *x.add(64 * k + 4 * l + b) as i32;
+                }
+            }
+            s
+        }))
+    }
+    #[inline(always)]
+    unsafe fn dot_q8(w: &Self::Q8, x: *const i8, _qsum: *const i32) -> Self {
+        ScalarI32(std::array::from_fn(|l| {
+            let mut s = 0i32;
+            for (k, word) in w.iter().enumerate() {
+                for b in 0..4 {
+                    s += word[4 * l + b] as i32 * *x.add(64 * k + 4 * l + b) as i32;
+                }
+            }
+            s
+        }))
+    }
+    #[inline(always)]
+    unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self {
+        ScalarI32(std::array::from_fn(|l| self.0[l] - 8 * *qsum.add(l)))
+    }
+    #[inline(always)]
+    unsafe fn to_f32(self) -> Scalar16 {
+        Scalar16(self.0.map(|v| v as f32))
+    }
+    /// [half][lane * 4 + byte]
+    type T4 = [[u8; 64]; 2];
+    /// [half][lane * 4 + byte]
+    type T8 = [[i8; 64]; 2];
+    #[inline(always)]
+    unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
+        let mut w = [[0u8; 64]; 2];
+        for i in 0..16 * n {
+            let b = *codes.add(i);
+            w[0][i] = b & 0x0F;
+            w[1][i] = b >> 4;
+        }
+        w
+    }
+    #[inline(always)]
+    unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
+        let mut w = [[0i8; 64]; 2];
+        for (h, half) in w.iter_mut().enumerate() {
+            for (i, v) in half.iter_mut().enumerate().take(16 * n) {
+                *v = *codes.add(16 * n * h + i) as i8;
+            }
+        }
+        w
+    }
+    #[inline(always)]
+    unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
+        ScalarI32(std::array::from_fn(|l| {
+            (0..2).map(|h| (0..4).map(|b| w[h][4 * l + b] as i32 * *x.add(64 * h + 4 * l + b) as i32).sum::<i32>()).sum()
+        }))
+    }
+    #[inline(always)]
+    unsafe fn dot_t8(w: &Self::T8, x: *const i8, _lane_sum: *const i32) -> Self {
+        ScalarI32(std::array::from_fn(|l| {
+            (0..2).map(|h| (0..4).map(|b| w[h][4 * l + b] as i32 * *x.add(64 * h + 4 * l + b) as i32).sum::<i32>()).sum()
+        }))
+    }
+    #[inline(always)]
+    unsafe fn spread4(v: Scalar16) -> Scalar16 {
+        Scalar16(std::array::from_fn(|l| v.0[l / 4]))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use crate::kernels::lanes::{Avx2x2, Avx512};
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn avx2(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+        by_type::<Avx2I32>(w, act, rows, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn avx512(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+        by_type::<Vnni>(w, act, rows, out)
+    }
+
+    /// One AVX-512 register of 16 i32 lanes.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Vnni(__m512i);
+
+    /// Word `j` (64 bytes: 4 per lane) of a chunk of `n` groups; missing lanes zero.
+    #[inline(always)]
+    unsafe fn word512(codes: *const u8, j: usize, n: usize) -> __m512i {
+        lanes512(codes.add(4 * n * j), n)
+    }
+
+    /// The first `n` (1 to 16) i32 lanes from `p`; the others zero.
+    #[inline(always)]
+    unsafe fn lanes512(p: *const u8, n: usize) -> __m512i {
+        if n == 16 {
+            _mm512_loadu_si512(p.cast())
+        } else {
+            _mm512_maskz_loadu_epi32(((1u32 << n) - 1) as __mmask16, p.cast())
+        }
+    }
+
+    impl IntLanes for Vnni {
+        type F = Avx512;
+        type Q4 = [__m512i; 8];
+        /// Codes biased to unsigned: `q ^ 0x80 = q + 128`.
+        type Q8 = [__m512i; 8];
+        #[inline(always)]
+        unsafe fn q4(codes: *const u8, n: usize) -> Self::Q4 {
+            let mask = _mm512_set1_epi8(0x0F);
+            let mut w = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = word512(codes, j, n);
+                w[j] = _mm512_and_si512(v, mask);
+                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+            }
+            w
+        }
+        #[inline(always)]
+        unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8 {
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            array(|j| _mm512_xor_si512(word512(codes, j, n), bias))
+        }
+        /// Two chains of 4 `vpdpbusd` each; every lane sums at most 32 products of
+        /// `15 * 127`, far from overflow.
+        #[inline(always)]
+        unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self {
+            let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for k in (0..8).step_by(2) {
+                a = _mm512_dpbusd_epi32(a, w[k], _mm512_loadu_si512(x.add(64 * k).cast()));
+                b = _mm512_dpbusd_epi32(b, w[k + 1], _mm512_loadu_si512(x.add(64 * k + 64).cast()));
+            }
+            Vnni(_mm512_add_epi32(a, b))
+        }
+        /// `sum (q + 128) x - 128 sum x`; `|sum (q + 128) x| <= 32 * 255 * 127`.
+        #[inline(always)]
+        unsafe fn dot_q8(w: &Self::Q8, x: *const i8, qsum: *const i32) -> Self {
+            let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for k in (0..8).step_by(2) {
+                a = _mm512_dpbusd_epi32(a, w[k], _mm512_loadu_si512(x.add(64 * k).cast()));
+                b = _mm512_dpbusd_epi32(b, w[k + 1], _mm512_loadu_si512(x.add(64 * k + 64).cast()));
+            }
+            let bias = _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 7);
+            Vnni(_mm512_sub_epi32(_mm512_add_epi32(a, b), bias))
+        }
+        #[inline(always)]
+        unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self {
+            Vnni(_mm512_sub_epi32(self.0, _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 3)))
+        }
+        #[inline(always)]
+        unsafe fn to_f32(self) -> Avx512 {
+            Avx512(_mm512_cvtepi32_ps(self.0))
+        }
+        type T4 = [__m512i; 2];
+        /// Biased to unsigned like `Q8`.
+        type T8 = [__m512i; 2];
+        #[inline(always)]
+        unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
+            let mask = _mm512_set1_epi8(0x0F);
+            let v = lanes512(codes, 4 * n);
+            [_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask)]
+        }
+        #[inline(always)]
+        unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            array(|h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
+        }
+        #[inline(always)]
+        unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
+            let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
+            Vnni(_mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast())))
+        }
+        /// `sum (q + 128) x - 128 sum x` per lane, as `dot_q8`.
+        #[inline(always)]
+        unsafe fn dot_t8(w: &Self::T8, x: *const i8, lane_sum: *const i32) -> Self {
+            let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
+            let a = _mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast()));
+            Vnni(_mm512_sub_epi32(a, _mm512_slli_epi32(_mm512_loadu_si512(lane_sum.cast()), 7)))
+        }
+        #[inline(always)]
+        unsafe fn spread4(v: Avx512) -> Avx512 {
+            let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+            Avx512(_mm512_permutexvar_ps(idx, v.0))
+        }
+    }
+
+    /// Two AVX2 registers: lanes 0..8 and 8..16.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Avx2I32(__m256i, __m256i);
+
+    /// Half `h` (lanes `8h..8h + 8`) of word `j` of a chunk of `n` groups; missing lanes zero.
+    #[inline(always)]
+    unsafe fn word256(codes: *const u8, j: usize, n: usize, h: usize) -> __m256i {
+        lanes256(codes.add(4 * n * j), n, h)
+    }
+
+    /// Lanes `8h..8h + 8` of the first `n` (1 to 16) i32 lanes from `p`; missing lanes zero.
+    #[inline(always)]
+    unsafe fn lanes256(p: *const u8, n: usize, h: usize) -> __m256i {
+        let p = p.add(32 * h);
+        let m = n.saturating_sub(8 * h).min(8);
+        if m == 8 {
+            _mm256_loadu_si256(p.cast())
+        } else if m == 0 {
+            _mm256_setzero_si256()
+        } else {
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(m as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            _mm256_maskload_epi32(p.cast(), mask)
+        }
+    }
+
+    impl IntLanes for Avx2I32 {
+        type F = Avx2x2;
+        /// [word][half]
+        type Q4 = [[__m256i; 2]; 8];
+        /// ([word][half] of |q|, [word][half] of q): the sign trick.
+        type Q8 = ([[__m256i; 2]; 8], [[__m256i; 2]; 8]);
+        #[inline(always)]
+        unsafe fn q4(codes: *const u8, n: usize) -> Self::Q4 {
+            let mask = _mm256_set1_epi8(0x0F);
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for j in 0..4 {
+                for h in 0..2 {
+                    let v = word256(codes, j, n, h);
+                    w[j][h] = _mm256_and_si256(v, mask);
+                    w[j + 4][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                }
+            }
+            w
+        }
+        #[inline(always)]
+        unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8 {
+            let mut raw = [[_mm256_setzero_si256(); 2]; 8];
+            let mut abs = raw;
+            for j in 0..8 {
+                for h in 0..2 {
+                    raw[j][h] = word256(codes, j, n, h);
+                    // |-128| = 128 read as unsigned, which is right.
+                    abs[j][h] = _mm256_abs_epi8(raw[j][h]);
+                }
+            }
+            (abs, raw)
+        }
+        /// `maddubs` of codes `0..15` and `x` in `-127..=127` gives pair sums of at most
+        /// `2 * 15 * 127 = 3810`; the i16 sum over all 8 words is at most
+        /// `16 * 15 * 127 = 30480 < 32767`, so it is formed in i16 and widened once.
+        #[inline(always)]
+        unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let half = |h: usize| {
+                let mut s = _mm256_maddubs_epi16(w[0][h], _mm256_loadu_si256(x.add(32 * h).cast()));
+                for k in 1..8 {
+                    let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], xk));
+                }
+                _mm256_madd_epi16(s, ones)
+            };
+            Avx2I32(half(0), half(1))
+        }
+        /// `|q| * sign(q) x`: `|q| <= 128`, `|sign(q) x| <= 127`, so each `maddubs` pair sum is
+        /// at most `2 * 128 * 127 = 32512 < 32767`; each word is widened to i32 before adding.
+        #[inline(always)]
+        unsafe fn dot_q8(w: &Self::Q8, x: *const i8, _qsum: *const i32) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let (abs, raw) = w;
+            let half = |h: usize| {
+                let mut acc = _mm256_setzero_si256();
+                for k in 0..8 {
+                    let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+                }
+                acc
+            };
+            Avx2I32(half(0), half(1))
+        }
+        #[inline(always)]
+        unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self {
+            let q = |h: usize| _mm256_slli_epi32(_mm256_loadu_si256(qsum.add(8 * h).cast()), 3);
+            Avx2I32(_mm256_sub_epi32(self.0, q(0)), _mm256_sub_epi32(self.1, q(1)))
+        }
+        #[inline(always)]
+        unsafe fn to_f32(self) -> Avx2x2 {
+            Avx2x2(_mm256_cvtepi32_ps(self.0), _mm256_cvtepi32_ps(self.1))
+        }
+        /// [nibble half][lane half]
+        type T4 = [[__m256i; 2]; 2];
+        /// ([code half][lane half] of |q|, the same of q)
+        type T8 = ([[__m256i; 2]; 2], [[__m256i; 2]; 2]);
+        #[inline(always)]
+        unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
+            let mask = _mm256_set1_epi8(0x0F);
+            let mut w = [[_mm256_setzero_si256(); 2]; 2];
+            for h in 0..2 {
+                let v = lanes256(codes, 4 * n, h);
+                w[0][h] = _mm256_and_si256(v, mask);
+                w[1][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            }
+            w
+        }
+        #[inline(always)]
+        unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
+            let mut raw = [[_mm256_setzero_si256(); 2]; 2];
+            let mut abs = raw;
+            for k in 0..2 {
+                for h in 0..2 {
+                    raw[k][h] = lanes256(codes.add(16 * n * k), 4 * n, h);
+                    abs[k][h] = _mm256_abs_epi8(raw[k][h]);
+                }
+            }
+            (abs, raw)
+        }
+        /// Pair sums at most `2 * 15 * 127`, two of them added in i16: `4 * 15 * 127 = 7620`.
+        #[inline(always)]
+        unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                let x0 = _mm256_loadu_si256(x.add(32 * h).cast());
+                let x1 = _mm256_loadu_si256(x.add(64 + 32 * h).cast());
+                let s = _mm256_add_epi16(_mm256_maddubs_epi16(w[0][h], x0), _mm256_maddubs_epi16(w[1][h], x1));
+                *o = _mm256_madd_epi16(s, ones);
+            }
+            Avx2I32(out[0], out[1])
+        }
+        /// The sign trick of `dot_q8`: pair sums at most `2 * 128 * 127 = 32512`, widened
+        /// before adding.
+        #[inline(always)]
+        unsafe fn dot_t8(w: &Self::T8, x: *const i8, _lane_sum: *const i32) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let (abs, raw) = w;
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                for k in 0..2 {
+                    let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
+                    *o = _mm256_add_epi32(*o, _mm256_madd_epi16(p, ones));
+                }
+            }
+            Avx2I32(out[0], out[1])
+        }
+        #[inline(always)]
+        unsafe fn spread4(v: Avx2x2) -> Avx2x2 {
+            let lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+            let hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+            Avx2x2(_mm256_permutevar8x32_ps(v.0, lo), _mm256_permutevar8x32_ps(v.0, hi))
+        }
+    }
+}

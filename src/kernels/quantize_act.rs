@@ -1,0 +1,276 @@
+//! Activation rows quantized to int8 for the `precision = "int8"` kernels ([`super::int8`]).
+//!
+//! Definitions, for group `g` of a row `x` (values `x_i`, `i` in `32g .. 32g + 32`, assumed
+//! finite), all arithmetic in f32 with IEEE round-to-nearest-even unless said otherwise:
+//!
+//! - `a = max_i |x_i|` (exact);
+//! - `d = a / 127` (one correctly rounded division);
+//! - `q_i = 0` if `d == 0`, else `q_i = clamp(round(x_i / d), -127, 127)`, where `x_i / d` is
+//!   one correctly rounded f32 division and `round` rounds half away from zero (C's `roundf`,
+//!   Rust's `f32::round`). The clamp only acts when `d` is subnormal; normally
+//!   `|x_i / d| <= 127.00002` already (the code clamps the quotient to `[-128, 128]` before
+//!   rounding, which gives the same result);
+//! - `qsum = sum_i q_i` (exact in i32);
+//! - `s = d * qsum` as f32 (one rounding): the group sum of the *dequantized* activations
+//!   `d * q_i`, used for Q4_1's offset term.
+//!
+//! This is ggml's Q8_1 scheme (ggml multiplies by `1/d` instead of dividing by `d`). The
+//! quantization is scalar code (auto-vectorized, the same IEEE operations), run once per
+//! matmul phase; rows may be split across threads, each row computed by the same code, so
+//! every ISA, thread count and chunking sees the same codes.
+//!
+//! Layout: groups come in *chunks* of 16 (lane `l` of a chunk is group `16c + l`); a token's
+//! codes for chunk `c` are 512 bytes `[word k: 8][lane l: 16][byte b: 4]` holding
+//! `q[32(16c + l) + 4k + b]`, so one 64-byte load of word `k` puts 4 consecutive codes of 16
+//! different groups in the 16 i32 lanes of a vector. A last chunk of 5 to 15 groups is
+//! zero-padded to 16 groups (codes, `d`, `s` and `qsum` all zero).
+//!
+//! A last chunk of `n = 1..=4` groups (SmolLM2's 576 = 16 + 2 groups) is *narrow*: 128 bytes
+//! `[half h: 2][lane L: 16][byte b: 4]` holding `q[32(16c + g) + 16h + 4w + b]` for lane
+//! `L = 4g + w` (`g < n`, `w < 4`; other lanes zero): each lane holds 8 codes of one group,
+//! so two vectors cover the chunk instead of eight mostly empty ones. For it the rows also
+//! carry, per lane, the group's `d` (`tail_d`) and the sum of the lane's 8 codes
+//! (`tail_sum`).
+
+use super::GROUP;
+
+/// Groups per chunk (one vector lane each).
+pub const CHUNK_GROUPS: usize = 16;
+/// Code bytes per chunk of one token.
+pub const CHUNK_BYTES: usize = CHUNK_GROUPS * GROUP;
+/// Largest last chunk that is narrow.
+pub const NARROW_MAX: usize = 4;
+/// Code bytes of a narrow chunk of one token.
+pub const NARROW_BYTES: usize = 2 * CHUNK_GROUPS * 4;
+
+/// Chunks of a row of `cols` values (the lanes of `d`, `s`, `qsum`: 16 per chunk).
+pub fn chunks(cols: usize) -> usize {
+    (cols / GROUP).div_ceil(CHUNK_GROUPS)
+}
+
+/// Groups in a narrow last chunk (0 if there is none).
+pub fn narrow_groups(cols: usize) -> usize {
+    let n = (cols / GROUP) % CHUNK_GROUPS;
+    if n <= NARROW_MAX {
+        n
+    } else {
+        0
+    }
+}
+
+/// Chunks in the 8-word layout (all but a narrow last one).
+pub fn wide_chunks(cols: usize) -> usize {
+    chunks(cols) - (narrow_groups(cols) > 0) as usize
+}
+
+/// Byte offset, within one token's codes, of value `i` of a row of `cols` values.
+#[inline]
+pub fn code_offset(cols: usize, i: usize) -> usize {
+    let (g, j) = (i / GROUP, i % GROUP);
+    let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
+    if c == wide_chunks(cols) {
+        c * CHUNK_BYTES + ((j / 16) * CHUNK_GROUPS + 4 * l + (j % 16) / 4) * 4 + j % 4
+    } else {
+        c * CHUNK_BYTES + ((j / 4) * CHUNK_GROUPS + l) * 4 + j % 4
+    }
+}
+
+/// `n_tokens` activation rows of `cols` values, quantized as documented above. Buffers
+/// grow to the largest call and are reused (no allocation per token).
+#[derive(Debug, Default, Clone)]
+pub struct QuantizedRows {
+    pub n_tokens: usize,
+    pub cols: usize,
+    /// [n_tokens][q_stride()] codes in the chunk layout
+    pub q: Vec<i8>,
+    /// [n_tokens][chunks(cols) * 16] scale `d` of each group (zero-padded)
+    pub d: Vec<f32>,
+    /// [n_tokens][chunks(cols) * 16] `s = d * qsum` of each group (zero-padded)
+    pub s: Vec<f32>,
+    /// [n_tokens][chunks(cols) * 16] `qsum` of each group (zero-padded)
+    pub qsum: Vec<i32>,
+    /// [n_tokens][16] narrow chunk: `d` of lane `L`'s group (zero past the groups)
+    pub tail_d: Vec<f32>,
+    /// [n_tokens][16] narrow chunk: sum of lane `L`'s 8 codes (zero past the groups)
+    pub tail_sum: Vec<i32>,
+}
+
+impl QuantizedRows {
+    /// Code bytes per token.
+    pub fn q_stride(&self) -> usize {
+        wide_chunks(self.cols) * CHUNK_BYTES + if narrow_groups(self.cols) > 0 { NARROW_BYTES } else { 0 }
+    }
+
+    /// Per-group values per token.
+    pub fn lane_stride(&self) -> usize {
+        chunks(self.cols) * CHUNK_GROUPS
+    }
+
+    /// Quantizes the first `n_tokens` rows of `x` ([n_tokens][cols], `cols` a multiple of 32).
+    pub fn quantize(&mut self, x: &[f32], cols: usize, n_tokens: usize) {
+        let writer = self.writer(cols, n_tokens);
+        // SAFETY: one writer, all rows.
+        unsafe { writer.quantize(x, 0..n_tokens) };
+    }
+
+    /// Sizes the buffers for `n_tokens` rows of `cols` values and returns a handle through
+    /// which threads quantize disjoint rows (each row by the same code, so the same bytes
+    /// whichever thread does it).
+    pub fn writer(&mut self, cols: usize, n_tokens: usize) -> RowWriter<'_> {
+        assert!(cols.is_multiple_of(GROUP));
+        self.cols = cols;
+        self.n_tokens = n_tokens;
+        let (qs, ls) = (self.q_stride(), self.lane_stride());
+        grow(&mut self.q, n_tokens * qs, 0);
+        grow(&mut self.d, n_tokens * ls, 0.0);
+        grow(&mut self.s, n_tokens * ls, 0.0);
+        grow(&mut self.qsum, n_tokens * ls, 0);
+        grow(&mut self.tail_d, n_tokens * CHUNK_GROUPS, 0.0);
+        grow(&mut self.tail_sum, n_tokens * CHUNK_GROUPS, 0);
+        RowWriter {
+            q: self.q.as_mut_ptr(),
+            d: self.d.as_mut_ptr(),
+            s: self.s.as_mut_ptr(),
+            qsum: self.qsum.as_mut_ptr(),
+            tail_d: self.tail_d.as_mut_ptr(),
+            tail_sum: self.tail_sum.as_mut_ptr(),
+            cols,
+            n_tokens,
+            _rows: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Writes quantized rows into a [`QuantizedRows`] from several threads (see
+/// [`QuantizedRows::writer`]).
+pub struct RowWriter<'a> {
+    q: *mut i8,
+    d: *mut f32,
+    s: *mut f32,
+    qsum: *mut i32,
+    tail_d: *mut f32,
+    tail_sum: *mut i32,
+    cols: usize,
+    n_tokens: usize,
+    _rows: std::marker::PhantomData<&'a mut QuantizedRows>,
+}
+unsafe impl Send for RowWriter<'_> {}
+unsafe impl Sync for RowWriter<'_> {}
+
+impl RowWriter<'_> {
+    /// Quantizes rows `tokens` of `x` ([n_tokens][cols]).
+    ///
+    /// # Safety
+    /// No other thread may write the same rows at the same time.
+    pub unsafe fn quantize(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+        assert!(tokens.end <= self.n_tokens && x.len() >= tokens.end * self.cols);
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            // The CPU has AVX2. The same IEEE operations, only vectorized by the compiler
+            // (Rust never contracts to FMA), so the same codes.
+            return self.quantize_avx2(x, tokens);
+        }
+        self.quantize_rows(x, tokens)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn quantize_avx2(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+        self.quantize_rows(x, tokens)
+    }
+
+    #[inline(always)]
+    unsafe fn quantize_rows(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+        use std::slice::from_raw_parts_mut as part;
+        let cols = self.cols;
+        let (qs, ls, cg) = (wide_chunks(cols) * CHUNK_BYTES + if narrow_groups(cols) > 0 { NARROW_BYTES } else { 0 }, chunks(cols) * CHUNK_GROUPS, CHUNK_GROUPS);
+        for t in tokens {
+            let row = &x[t * cols..(t + 1) * cols];
+            let q = part(self.q.add(t * qs), qs);
+            let (d, s, qsum) = (part(self.d.add(t * ls), ls), part(self.s.add(t * ls), ls), part(self.qsum.add(t * ls), ls));
+            let (tail_d, tail_sum) = (part(self.tail_d.add(t * cg), cg), part(self.tail_sum.add(t * cg), cg));
+            quantize_row(row, q, d, s, qsum, tail_d, tail_sum);
+        }
+    }
+}
+
+/// One row into its slices of the buffers (shapes as in [`QuantizedRows`], one token).
+#[inline(always)]
+fn quantize_row(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], qsum: &mut [i32], tail_d: &mut [f32], tail_sum: &mut [i32]) {
+    let cols = row.len();
+    // Padding of the last chunk.
+    let wide = wide_chunks(cols);
+    q[(cols / GROUP / CHUNK_GROUPS) * CHUNK_BYTES..].fill(0);
+    d[cols / GROUP..].fill(0.0);
+    s[cols / GROUP..].fill(0.0);
+    qsum[cols / GROUP..].fill(0);
+    tail_d.fill(0.0);
+    tail_sum.fill(0);
+    for (g, values) in row.chunks_exact(GROUP).enumerate() {
+        let (codes, dg) = quantize_group(values.try_into().unwrap());
+        let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
+        if c < wide {
+            // Word k (codes 4k..4k + 4) goes to lane l of word k of the chunk.
+            for k in 0..GROUP / 4 {
+                let dst = c * CHUNK_BYTES + (k * CHUNK_GROUPS + l) * 4;
+                q[dst..dst + 4].copy_from_slice(&codes[4 * k..4 * k + 4]);
+            }
+        } else {
+            // Narrow: codes 16h + 4w .. + 4 go to lane 4l + w of half h.
+            for h in 0..2 {
+                let dst = c * CHUNK_BYTES + h * CHUNK_GROUPS * 4 + 16 * l;
+                q[dst..dst + 16].copy_from_slice(&codes[16 * h..16 * h + 16]);
+            }
+            for w in 0..4 {
+                tail_d[4 * l + w] = dg;
+                tail_sum[4 * l + w] = (0..4).map(|b| codes[4 * w + b] as i32 + codes[16 + 4 * w + b] as i32).sum();
+            }
+        }
+        let sum: i32 = codes.iter().map(|&c| c as i32).sum();
+        d[g] = dg;
+        qsum[g] = sum;
+        s[g] = dg * sum as f32;
+    }
+}
+
+fn grow<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
+    if v.len() < n {
+        v.resize(n, zero);
+    }
+}
+
+/// One group's codes and scale `d`, by the definitions in the module docs.
+#[inline(always)]
+pub fn quantize_group(x: &[f32; GROUP]) -> ([i8; GROUP], f32) {
+    // max is exact, so any order gives the same `a`; this one vectorizes.
+    let mut m = [0f32; 8];
+    for j in 0..GROUP / 8 {
+        for l in 0..8 {
+            m[l] = m[l].max(x[8 * j + l].abs());
+        }
+    }
+    let a = m.iter().fold(0f32, |acc, &v| acc.max(v));
+    let d = a / 127.0;
+    let mut q = [0i8; GROUP];
+    if d != 0.0 {
+        for (q, &v) in q.iter_mut().zip(x) {
+            let v = v / d;
+            // NaN to 0, then into [-128, 128], where the rounding below is exact.
+            let v = if v.is_nan() { 0.0 } else { v.clamp(-128.0, 128.0) };
+            *q = round_half_away(v).clamp(-127, 127) as i8;
+        }
+    }
+    (q, d)
+}
+
+/// `v` (in `[-128, 128]`) rounded half away from zero, as `roundf`, in operations the
+/// compiler can vectorize: truncate, then step away from zero when the remainder (exact for
+/// any f32) is at least one half.
+#[inline(always)]
+fn round_half_away(v: f32) -> i32 {
+    debug_assert!((-128.0..=128.0).contains(&v));
+    // SAFETY: v is finite and in i32's range.
+    let t = unsafe { v.to_int_unchecked::<i32>() };
+    let frac = v - t as f32;
+    t + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
+}

@@ -1,0 +1,137 @@
+//! The forward pass with `Precision::Int8`: bitwise determinism across threads, prefill
+//! chunkings and ISAs, and its distance from the float32 reference logits.
+
+mod common;
+
+use common::*;
+use reprolm::gguf::GgufFile;
+use reprolm::kernels::{Isa, Precision};
+use reprolm::model::{KvCache, Llama, LlamaWeights, LogitRows, ModelConfig, Scratch};
+use reprolm::threads::ThreadPool;
+
+fn load(isa: Isa) -> Llama {
+    let file = GgufFile::open(model_path()).unwrap();
+    let config = ModelConfig::from_gguf(&file).unwrap();
+    let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
+    Llama { config, weights, isa }
+}
+
+fn logits(model: &Llama, threads: usize, chunks: &[&[u32]], rows: LogitRows) -> Vec<f32> {
+    let pool = ThreadPool::new(threads);
+    let mut cache = KvCache::new(&model.config, 512).unwrap();
+    let mut scratch = Scratch::default();
+    let mut out = Vec::new();
+    for c in chunks {
+        model.forward(&pool, &mut cache, &mut scratch, c, rows).unwrap();
+        out.extend_from_slice(&scratch.logits);
+    }
+    out
+}
+
+fn best() -> Isa {
+    [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.int8_available()).unwrap_or(Isa::Scalar)
+}
+
+/// Logits for every position of prompt 2, as raw bits.
+fn bits(model: &Llama, threads: usize, chunk: usize) -> Vec<u32> {
+    let ids = &generations()[2].prompt_ids;
+    let chunks: Vec<&[u32]> = ids.chunks(chunk).collect();
+    logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn int8_bitwise_identical_across_threads_chunking_and_isa() {
+    let model = load(best());
+    assert_eq!(model.precision(), Precision::Int8);
+    let reference = bits(&model, 1, usize::MAX);
+    for threads in [2, 3] {
+        assert!(bits(&model, threads, usize::MAX) == reference, "threads = {threads}");
+    }
+    for chunk in [1, 7, 64] {
+        assert!(bits(&model, 2, chunk) == reference, "chunk = {chunk}");
+    }
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.int8_available()) {
+        assert!(bits(&load(isa), 2, 5) == reference, "isa = {}", isa.name());
+    }
+}
+
+/// Softmax in float64.
+fn softmax(z: &[f32]) -> Vec<f64> {
+    let max = z.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let e: Vec<f64> = z.iter().map(|&v| (v as f64 - max).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|v| v / s).collect()
+}
+
+fn argmax(z: &[f32]) -> usize {
+    z.iter().enumerate().fold(0, |b, (i, &v)| if v > z[b] { i } else { b })
+}
+
+#[test]
+fn int8_logits_close_to_reference() {
+    let model = load(best());
+    let (shape, reference) = read_npy_f32("last_logits.npy");
+    let vocab = shape[1];
+    let mut kls = Vec::new();
+    for (i, g) in generations().iter().enumerate() {
+        let got = logits(&model, 2, &[&g.prompt_ids], LogitRows::Last);
+        let want = &reference[i * vocab..(i + 1) * vocab];
+        let (p, q) = (softmax(want), softmax(&got));
+        let kl: f64 = p.iter().zip(&q).filter(|(&p, _)| p > 0.0).map(|(&p, &q)| p * (p / q).ln()).sum();
+        eprintln!(
+            "prompt {i}: KL(ref || int8) = {kl:.3e}, max |diff| = {:.3e}, argmax {} vs {}",
+            max_abs_diff(&got, want),
+            argmax(&got),
+            argmax(want)
+        );
+        kls.push(kl);
+    }
+    let mean = kls.iter().sum::<f64>() / kls.len() as f64;
+    eprintln!("mean KL(reference || int8) over {} prompts = {mean:.3e}", kls.len());
+    assert!(mean <= 5e-3, "mean KL {mean}");
+}
+
+/// Greedy continuations (8 tokens) against the reference's. Measured: prompts 1-5 agree on
+/// all 8; prompt 0 agrees on 5, then picks the float32 model's runner-up at a near tie
+/// (float32 logits 14.62 vs 14.40). Asserted: at least 5 of 6 prompts agree on all 8 tokens,
+/// every prompt on its first 5, and any divergence is at a near tie of the float32 model
+/// (its logits for the two tokens within 0.5 on the same context).
+#[test]
+fn int8_greedy_continuation() {
+    let model = load(best());
+    let float = {
+        let file = GgufFile::open(model_path()).unwrap();
+        let config = ModelConfig::from_gguf(&file).unwrap();
+        let weights = LlamaWeights::from_gguf(&file, &config).unwrap();
+        Llama { config, weights, isa: best() }
+    };
+    let pool = ThreadPool::new(2);
+    let mut full = 0;
+    for (i, g) in generations().iter().enumerate() {
+        let mut cache = KvCache::new(&model.config, 512).unwrap();
+        let mut scratch = Scratch::default();
+        let mut ids = Vec::new();
+        let mut next: Vec<u32> = g.prompt_ids.clone();
+        for _ in 0..8 {
+            model.forward(&pool, &mut cache, &mut scratch, &next, LogitRows::Last).unwrap();
+            let id = argmax(&scratch.logits) as u32;
+            ids.push(id);
+            next = vec![id];
+        }
+        assert!(g.greedy_ids.len() >= 8);
+        let agree = ids.iter().zip(&g.greedy_ids).take_while(|(a, b)| a == b).count();
+        eprintln!("prompt {i}: int8 greedy {ids:?}, reference {:?}: first {agree} of 8 agree", &g.greedy_ids[..8]);
+        assert!(agree >= 5, "prompt {i}: only {agree} greedy tokens agree");
+        if agree == 8 {
+            full += 1;
+            continue;
+        }
+        let mut context = g.prompt_ids.clone();
+        context.extend_from_slice(&ids[..agree]);
+        let f = logits(&float, 2, &[&context], LogitRows::Last);
+        let (mine, theirs) = (ids[agree] as usize, g.greedy_ids[agree] as usize);
+        eprintln!("  step {agree}: float32 logits {} (int8's choice) vs {} (reference's)", f[mine], f[theirs]);
+        assert!((f[theirs] - f[mine]).abs() <= 0.5, "prompt {i}: divergence at a clear float32 preference");
+    }
+    assert!(full >= 5, "only {full} of 6 prompts agree on 8 greedy tokens");
+}
