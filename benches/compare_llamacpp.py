@@ -48,7 +48,7 @@ def run_reprolm(model_path: str, threads: int, precision: str) -> dict[str, floa
     import reprolm
 
     t0 = time.perf_counter()
-    model = reprolm.Model.load(model_path, threads=threads, **({"precision": precision} if precision != "float32" else {}))
+    model = reprolm.Model.load(model_path, threads=threads, precision=precision)
     load = time.perf_counter() - t0
     vocab = model.config.vocab_size
 
