@@ -145,11 +145,11 @@ fn ulps(a: f32, b: f32) -> u32 {
 }
 
 #[test]
-fn exp_is_within_two_ulp_and_identical_on_every_path() {
+fn exp_is_within_one_ulp_mostly_correctly_rounded_and_identical_on_every_path() {
     use reprolm::kernels::elementwise::exp_in_place;
     // A dense sweep of the normal range (exp(x) >= 2^-125), then the edges.
     let n = 400_003;
-    let mut xs: Vec<f32> = (0..n).map(|i| -86.9 + (88.7 + 86.9) * i as f32 / (n - 1) as f32).collect();
+    let mut xs: Vec<f32> = (0..n).map(|i| -86.6 + (88.7 + 86.6) * i as f32 / (n - 1) as f32).collect();
     xs.extend([0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 88.72, 88.73, 89.5, 1e10, -86.99, -87.5, -88.5, -1e10]);
     xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::MIN_POSITIVE]);
     let mut expected = xs.clone();
@@ -159,20 +159,25 @@ fn exp_is_within_two_ulp_and_identical_on_every_path() {
         exp_in_place(isa, &mut got);
         assert!(got.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs from scalar");
     }
-    let mut worst = 0;
+    let (mut worst, mut exact, mut checked) = (0, 0, 0);
     for (&x, &y) in xs.iter().zip(&expected) {
-        let exact = (x as f64).exp();
-        if (x as f64) * std::f64::consts::LOG2_E < -125.5 {
-            assert_eq!(y, 0.0, "exp({x}) flushes to zero below 2^-125.5");
-        } else if exact > f32::MAX as f64 {
+        let correct = (x as f64).exp();
+        let log2 = x as f64 * std::f64::consts::LOG2_E;
+        if log2 < -125.02 {
+            assert_eq!(y, 0.0, "exp({x}) flushes to zero below 2^-125");
+        } else if correct > f32::MAX as f64 {
             assert_eq!(y, f32::INFINITY, "exp({x}) overflows");
-        } else {
-            let u = ulps(y, exact as f32);
+        } else if log2 > -124.98 {
+            let u = ulps(y, correct as f32);
             worst = worst.max(u);
-            assert!(u <= 2, "exp({x}) = {y}, exact {exact}: {u} ulp");
+            exact += (u == 0) as usize;
+            checked += 1;
+            assert!(u <= 1, "exp({x}) = {y}, exact {correct}: {u} ulp");
         }
     }
-    println!("exp: worst {worst} ulp");
+    let share = exact as f64 / checked as f64;
+    println!("exp: worst {worst} ulp, correctly rounded {:.4}%", 100.0 * share);
+    assert!(share > 0.99, "only {share} correctly rounded");
     let mut nan = [f32::NAN];
     exp_in_place(Isa::best(), &mut nan);
     assert!(nan[0].is_nan());

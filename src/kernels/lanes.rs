@@ -28,6 +28,8 @@ pub trait Lanes16: Copy {
     unsafe fn min(a: Self, b: Self) -> Self;
     /// `if a > b { a } else { b }` lane by lane (x86 `maxps`).
     unsafe fn max(a: Self, b: Self) -> Self;
+    /// `table[i]` for each lane's `i`, an integral value in [0, 31].
+    unsafe fn lookup32(table: &[f32; 32], i: Self) -> Self;
     /// `(p * 2^(k - 1)) * 2` for integral `k` in [-128, 128]: `p * 2^k`, except that
     /// `2^(k - 1)` is 0 for `k <= -126` (so such results are 0).
     unsafe fn scale_pow2(p: Self, k: Self) -> Self;
@@ -112,6 +114,10 @@ impl Lanes16 for Scalar16 {
     #[inline(always)]
     unsafe fn max(a: Self, b: Self) -> Self {
         Scalar16(std::array::from_fn(|l| if a.0[l] > b.0[l] { a.0[l] } else { b.0[l] }))
+    }
+    #[inline(always)]
+    unsafe fn lookup32(table: &[f32; 32], i: Self) -> Self {
+        Scalar16(std::array::from_fn(|l| table[(i.0[l] as usize) & 31]))
     }
     #[inline(always)]
     unsafe fn scale_pow2(p: Self, k: Self) -> Self {
@@ -218,6 +224,12 @@ mod x86 {
         #[inline(always)]
         unsafe fn max(a: Self, b: Self) -> Self {
             Avx512(_mm512_max_ps(a.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn lookup32(table: &[f32; 32], i: Self) -> Self {
+            let (lo, hi) = (_mm512_loadu_ps(table.as_ptr()), _mm512_loadu_ps(table.as_ptr().add(16)));
+            // permutex2var reads the low 5 bits of each index: 0-15 from `lo`, 16-31 from `hi`.
+            Avx512(_mm512_permutex2var_ps(lo, _mm512_cvtps_epi32(i.0), hi))
         }
         #[inline(always)]
         unsafe fn scale_pow2(p: Self, k: Self) -> Self {
@@ -333,6 +345,21 @@ mod x86 {
         #[inline(always)]
         unsafe fn max(a: Self, b: Self) -> Self {
             Avx2x2(_mm256_max_ps(a.0, b.0), _mm256_max_ps(a.1, b.1))
+        }
+        #[inline(always)]
+        unsafe fn lookup32(table: &[f32; 32], i: Self) -> Self {
+            let t: [__m256; 4] = std::array::from_fn(|q| _mm256_loadu_ps(table.as_ptr().add(8 * q)));
+            let half = |i: __m256| {
+                let idx = _mm256_cvtps_epi32(i);
+                // permutevar8x32 reads the low 3 bits; bits 3 and 4 pick the quarter.
+                let v: [__m256; 4] = std::array::from_fn(|q| _mm256_permutevar8x32_ps(t[q], idx));
+                let bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+                let bit4 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27));
+                let low = _mm256_blendv_ps(v[0], v[1], bit3);
+                let high = _mm256_blendv_ps(v[2], v[3], bit3);
+                _mm256_blendv_ps(low, high, bit4)
+            };
+            Avx2x2(half(i.0), half(i.1))
         }
         #[inline(always)]
         unsafe fn scale_pow2(p: Self, k: Self) -> Self {
