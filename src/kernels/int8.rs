@@ -357,6 +357,21 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
 #[derive(Clone, Copy)]
 pub(crate) struct ScalarI32([i32; 16]);
 
+/// Lane `l`: the sum over words `k` and bytes `b < 4` of `w[k][4l + b] * x[64k + 4l + b]`
+/// (the scalar twin's exact integer dot products, codes `u8` or `i8`).
+#[inline(always)]
+unsafe fn lane_dots<C: Copy + Into<i32>, const WORDS: usize>(w: &[[C; 64]; WORDS], x: *const i8) -> ScalarI32 {
+    ScalarI32(std::array::from_fn(|l| {
+        let mut s = 0i32;
+        for (k, word) in w.iter().enumerate() {
+            for b in 0..4 {
+                s += word[4 * l + b].into() * *x.add(64 * k + 4 * l + b) as i32;
+            }
+        }
+        s
+    }))
+}
+
 impl IntLanes for ScalarI32 {
     type F = Scalar16;
     /// [word][lane * 4 + byte]
@@ -387,27 +402,11 @@ impl IntLanes for ScalarI32 {
     }
     #[inline(always)]
     unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self {
-        ScalarI32(std::array::from_fn(|l| {
-            let mut s = 0i32;
-            for (k, word) in w.iter().enumerate() {
-                for b in 0..4 {
-                    s += word[4 * l + b] as i32 * *x.add(64 * k + 4 * l + b) as i32;
-                }
-            }
-            s
-        }))
+        lane_dots(w, x)
     }
     #[inline(always)]
     unsafe fn dot_q8(w: &Self::Q8, x: *const i8, _qsum: *const i32) -> Self {
-        ScalarI32(std::array::from_fn(|l| {
-            let mut s = 0i32;
-            for (k, word) in w.iter().enumerate() {
-                for b in 0..4 {
-                    s += word[4 * l + b] as i32 * *x.add(64 * k + 4 * l + b) as i32;
-                }
-            }
-            s
-        }))
+        lane_dots(w, x)
     }
     #[inline(always)]
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self {
@@ -443,15 +442,11 @@ impl IntLanes for ScalarI32 {
     }
     #[inline(always)]
     unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
-        ScalarI32(std::array::from_fn(|l| {
-            (0..2).map(|h| (0..4).map(|b| w[h][4 * l + b] as i32 * *x.add(64 * h + 4 * l + b) as i32).sum::<i32>()).sum()
-        }))
+        lane_dots(w, x)
     }
     #[inline(always)]
     unsafe fn dot_t8(w: &Self::T8, x: *const i8, _lane_sum: *const i32) -> Self {
-        ScalarI32(std::array::from_fn(|l| {
-            (0..2).map(|h| (0..4).map(|b| w[h][4 * l + b] as i32 * *x.add(64 * h + 4 * l + b) as i32).sum::<i32>()).sum()
-        }))
+        lane_dots(w, x)
     }
     #[inline(always)]
     unsafe fn spread4(v: Scalar16) -> Scalar16 {
