@@ -13,6 +13,9 @@
 /// pointers also need them valid for the bytes they name (16 f32, 16 bytes of nibbles, ...).
 #[allow(clippy::missing_safety_doc)] // the contract above holds for every method
 pub trait Lanes16: Copy {
+    /// Weight rows per prefill tile (1 or 2): 2 x 4 tokens needs 16 accumulators of 16
+    /// lanes, which fit AVX-512's 32 registers but not AVX2's 16.
+    const PREFILL_TILE_ROWS: usize = 2;
     unsafe fn zero() -> Self;
     unsafe fn splat(v: f32) -> Self;
     /// Broadcasts one little-endian f16 (exactly converted).
@@ -299,6 +302,7 @@ mod x86 {
     pub struct Avx2x2(pub(crate) __m256, pub(crate) __m256);
 
     impl Lanes16 for Avx2x2 {
+        const PREFILL_TILE_ROWS: usize = 1;
         #[inline(always)]
         unsafe fn zero() -> Self {
             Avx2x2(_mm256_setzero_ps(), _mm256_setzero_ps())
@@ -348,28 +352,11 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn lookup32(table: &[f32; 32], i: Self) -> Self {
-            let t: [__m256; 4] = std::array::from_fn(|q| _mm256_loadu_ps(table.as_ptr().add(8 * q)));
-            let half = |i: __m256| {
-                let idx = _mm256_cvtps_epi32(i);
-                // permutevar8x32 reads the low 3 bits; bits 3 and 4 pick the quarter.
-                let v: [__m256; 4] = std::array::from_fn(|q| _mm256_permutevar8x32_ps(t[q], idx));
-                let bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
-                let bit4 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27));
-                let low = _mm256_blendv_ps(v[0], v[1], bit3);
-                let high = _mm256_blendv_ps(v[2], v[3], bit3);
-                _mm256_blendv_ps(low, high, bit4)
-            };
-            Avx2x2(half(i.0), half(i.1))
+            Avx2x2(lookup32_8(table, i.0), lookup32_8(table, i.1))
         }
         #[inline(always)]
         unsafe fn scale_pow2(p: Self, k: Self) -> Self {
-            let half = |p: __m256, k: __m256| {
-                let e = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(126));
-                let e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(254));
-                let scaled = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
-                _mm256_mul_ps(scaled, _mm256_set1_ps(2.0))
-            };
-            Avx2x2(half(p.0, k.0), half(p.1, k.1))
+            Avx2x2(scale_pow2_8(p.0, k.0), scale_pow2_8(p.1, k.1))
         }
         #[inline(always)]
         unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
@@ -385,23 +372,11 @@ mod x86 {
             let mask = _mm_set1_epi8(0x0F);
             let lo = _mm_and_si128(q, mask);
             let hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-            let cvt = |v: __m128i| {
-                let a = _mm256_cvtepu8_epi32(v);
-                let b = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
-                Avx2x2(_mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b))
-            };
-            (cvt(lo), cvt(hi))
+            (u8x16(lo), u8x16(hi))
         }
         #[inline(always)]
         unsafe fn i8x32(qs: *const i8) -> (Self, Self) {
-            let cvt = |p: *const i8| {
-                let v = _mm_loadu_si128(p.cast());
-                Avx2x2(
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
-                )
-            };
-            (cvt(qs), cvt(qs.add(16)))
+            (i8x16(qs), i8x16(qs.add(16)))
         }
         #[inline(always)]
         unsafe fn f16x16(p: *const u8) -> Self {
@@ -409,12 +384,55 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn bf16x16(p: *const u8) -> Self {
-            let cvt = |q: *const u8| {
-                let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(q.cast()));
-                _mm256_castsi256_ps(_mm256_slli_epi32(w, 16))
-            };
-            Avx2x2(cvt(p), cvt(p.add(16)))
+            Avx2x2(bf16x8(p), bf16x8(p.add(16)))
         }
+    }
+
+    // Helpers as functions, not closures: a closure would not inherit the target features of
+    // the kernel it is called from, and its intrinsics would not inline.
+
+    /// 16 bytes (values 0..255) to two times 8 f32.
+    #[inline(always)]
+    unsafe fn u8x16(v: __m128i) -> Avx2x2 {
+        let a = _mm256_cvtepu8_epi32(v);
+        let b = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+        Avx2x2(_mm256_cvtepi32_ps(a), _mm256_cvtepi32_ps(b))
+    }
+
+    /// 16 signed bytes at `p` to two times 8 f32.
+    #[inline(always)]
+    unsafe fn i8x16(p: *const i8) -> Avx2x2 {
+        let v = _mm_loadu_si128(p.cast());
+        Avx2x2(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))))
+    }
+
+    /// 8 bf16 at `p` to f32.
+    #[inline(always)]
+    unsafe fn bf16x8(p: *const u8) -> __m256 {
+        let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+        _mm256_castsi256_ps(_mm256_slli_epi32(w, 16))
+    }
+
+    /// `table[i]` for 8 lanes of integral `i` in [0, 31]: permutevar8x32 reads the low 3
+    /// bits, bits 3 and 4 pick the quarter.
+    #[inline(always)]
+    unsafe fn lookup32_8(table: &[f32; 32], i: __m256) -> __m256 {
+        let idx = _mm256_cvtps_epi32(i);
+        let t = table.as_ptr();
+        let (v0, v1) = (_mm256_permutevar8x32_ps(_mm256_loadu_ps(t), idx), _mm256_permutevar8x32_ps(_mm256_loadu_ps(t.add(8)), idx));
+        let (v2, v3) = (_mm256_permutevar8x32_ps(_mm256_loadu_ps(t.add(16)), idx), _mm256_permutevar8x32_ps(_mm256_loadu_ps(t.add(24)), idx));
+        let bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+        let bit4 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27));
+        _mm256_blendv_ps(_mm256_blendv_ps(v0, v1, bit3), _mm256_blendv_ps(v2, v3, bit3), bit4)
+    }
+
+    /// [`Lanes16::scale_pow2`] on 8 lanes.
+    #[inline(always)]
+    unsafe fn scale_pow2_8(p: __m256, k: __m256) -> __m256 {
+        let e = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(126));
+        let e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(254));
+        let scaled = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+        _mm256_mul_ps(scaled, _mm256_set1_ps(2.0))
     }
 
     /// Lanes l + l+4, then l + l+2, then l + l+1 of an 8-lane partial sum.

@@ -361,7 +361,7 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
     let row_bytes = w.row_bytes();
     let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
     // One token has nothing to share an activation with; two rows would only add pressure.
-    let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
+    let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS } else { 1 };
     for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
         let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
         let mut r = rows.start;
@@ -432,8 +432,14 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
 ) -> usize {
     let groups = cols / GROUP;
     let gs_len = group_sums_len(cols);
-    let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
-    let d_ptr = rows.map(|p| p.add(groups * W::CODE_BYTES));
+    // Loops rather than closures here: a closure would not inherit the ISA wrapper's target
+    // features, and the lane ops inside it would not inline.
+    let mut rows = [row; NR];
+    let mut d_ptr = [row; NR];
+    for r in 0..NR {
+        rows[r] = row.add(r * row_bytes);
+        d_ptr[r] = rows[r].add(groups * W::CODE_BYTES);
+    }
     // Two chains per output (low and high halves of each group) halve the FMA latency chain.
     let mut acc_lo = [[L::zero(); NT]; NR];
     let mut acc_hi = [[L::zero(); NT]; NR];
@@ -448,10 +454,11 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
         #[allow(clippy::needless_range_loop)] // j indexes every row's scales
         for j in 0..n {
             let g = chunk + j;
-            let w: [(L, L); NR] = std::array::from_fn(|r| {
+            let mut w = [(L::zero(), L::zero()); NR];
+            for r in 0..NR {
                 let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
-                W::weights::<L>(rows[r].add(g * W::CODE_BYTES), dv)
-            });
+                w[r] = W::weights::<L>(rows[r].add(g * W::CODE_BYTES), dv);
+            }
             for t in 0..NT {
                 let xt = x.add(t * cols + g * GROUP);
                 let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
