@@ -4,28 +4,12 @@
 mod common;
 
 use common::*;
-use reprolm::gguf::GgufFile;
 use reprolm::kernels::{Isa, Precision};
-use reprolm::model::{KvCache, Llama, LlamaWeights, LogitRows, ModelConfig, Scratch};
+use reprolm::model::{KvCache, Llama, LogitRows, Scratch};
 use reprolm::threads::ThreadPool;
 
 fn load(isa: Isa) -> Llama {
-    let file = GgufFile::open(model_path()).unwrap();
-    let config = ModelConfig::from_gguf(&file).unwrap();
-    let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
-    Llama { config, weights, isa }
-}
-
-fn logits(model: &Llama, threads: usize, chunks: &[&[u32]], rows: LogitRows) -> Vec<f32> {
-    let pool = ThreadPool::new(threads);
-    let mut cache = KvCache::new(&model.config, 512).unwrap();
-    let mut scratch = Scratch::default();
-    let mut out = Vec::new();
-    for c in chunks {
-        model.forward(&pool, &mut cache, &mut scratch, c, rows).unwrap();
-        out.extend_from_slice(&scratch.logits);
-    }
-    out
+    load_llama(isa, Precision::Int8)
 }
 
 fn best() -> Isa {
@@ -36,7 +20,7 @@ fn best() -> Isa {
 fn bits(model: &Llama, threads: usize, chunk: usize) -> Vec<u32> {
     let ids = &generations()[2].prompt_ids;
     let chunks: Vec<&[u32]> = ids.chunks(chunk).collect();
-    logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
+    forward_logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
 }
 
 #[test]
@@ -74,7 +58,7 @@ fn int8_logits_close_to_reference() {
     let vocab = shape[1];
     let mut kls = Vec::new();
     for (i, g) in generations().iter().enumerate() {
-        let got = logits(&model, 2, &[&g.prompt_ids], LogitRows::Last);
+        let got = forward_logits(&model, 2, &[&g.prompt_ids], LogitRows::Last);
         let want = &reference[i * vocab..(i + 1) * vocab];
         let (p, q) = (softmax(want), softmax(&got));
         let kl: f64 = p.iter().zip(&q).filter(|(&p, _)| p > 0.0).map(|(&p, &q)| p * (p / q).ln()).sum();
@@ -100,12 +84,7 @@ fn int8_logits_close_to_reference() {
 #[test]
 fn int8_greedy_continuation() {
     let model = load(best());
-    let float = {
-        let file = GgufFile::open(model_path()).unwrap();
-        let config = ModelConfig::from_gguf(&file).unwrap();
-        let weights = LlamaWeights::from_gguf(&file, &config).unwrap();
-        Llama { config, weights, isa: best() }
-    };
+    let float = load_llama(best(), Precision::Float32);
     let pool = ThreadPool::new(2);
     for (i, g) in generations().iter().enumerate() {
         let mut cache = KvCache::new(&model.config, 512).unwrap();
@@ -126,7 +105,7 @@ fn int8_greedy_continuation() {
         }
         let mut context = g.prompt_ids.clone();
         context.extend_from_slice(&ids[..agree]);
-        let f = logits(&float, 2, &[&context], LogitRows::Last);
+        let f = forward_logits(&float, 2, &[&context], LogitRows::Last);
         let (mine, theirs) = (ids[agree] as usize, g.greedy_ids[agree] as usize);
         eprintln!("  step {agree}: float32 logits {} (int8's choice) vs {} (reference's)", f[mine], f[theirs]);
         assert!((f[theirs] - f[mine]).abs() <= 0.5, "prompt {i}: divergence at a clear float32 preference");

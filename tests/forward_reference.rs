@@ -3,28 +3,12 @@
 mod common;
 
 use common::*;
-use reprolm::gguf::GgufFile;
-use reprolm::kernels::Isa;
-use reprolm::model::{KvCache, Llama, LlamaWeights, LogitRows, ModelConfig, Scratch};
+use reprolm::kernels::{Isa, Precision};
+use reprolm::model::{KvCache, Llama, LogitRows, Scratch};
 use reprolm::threads::ThreadPool;
 
 fn load(isa: Isa) -> Llama {
-    let file = GgufFile::open(model_path()).unwrap();
-    let config = ModelConfig::from_gguf(&file).unwrap();
-    let weights = LlamaWeights::from_gguf(&file, &config).unwrap();
-    Llama { config, weights, isa }
-}
-
-fn logits(model: &Llama, threads: usize, chunks: &[&[u32]], rows: LogitRows) -> Vec<f32> {
-    let pool = ThreadPool::new(threads);
-    let mut cache = KvCache::new(&model.config, 512).unwrap();
-    let mut scratch = Scratch::default();
-    let mut out = Vec::new();
-    for c in chunks {
-        model.forward(&pool, &mut cache, &mut scratch, c, rows).unwrap();
-        out.extend_from_slice(&scratch.logits);
-    }
-    out
+    load_llama(isa, Precision::Float32)
 }
 
 #[test]
@@ -33,7 +17,7 @@ fn last_logits_match_reference() {
     let (shape, reference) = read_npy_f32("last_logits.npy");
     let vocab = shape[1];
     for (i, g) in generations().iter().enumerate() {
-        let got = logits(&model, 2, &[&g.prompt_ids], LogitRows::Last);
+        let got = forward_logits(&model, 2, &[&g.prompt_ids], LogitRows::Last);
         let diff = max_abs_diff(&got, &reference[i * vocab..(i + 1) * vocab]);
         eprintln!("prompt {i}: max |diff| = {diff:e}");
         assert!(diff < 1e-3, "prompt {i}: max |diff| = {diff}");
@@ -46,7 +30,7 @@ fn all_positions_match_reference() {
     let (shape, reference) = read_npy_f32("all_positions_prompt2.npy");
     let ids = &generations()[2].prompt_ids;
     assert_eq!(shape, vec![ids.len(), model.config.vocab_size]);
-    let got = logits(&model, 2, &[ids], LogitRows::All);
+    let got = forward_logits(&model, 2, &[ids], LogitRows::All);
     let diff = max_abs_diff(&got, &reference);
     assert!(diff < 1e-3, "max |diff| = {diff}");
 }
@@ -55,7 +39,7 @@ fn all_positions_match_reference() {
 fn bits(model: &Llama, threads: usize, chunk: usize) -> Vec<u32> {
     let ids = &generations()[2].prompt_ids;
     let chunks: Vec<&[u32]> = ids.chunks(chunk).collect();
-    logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
+    forward_logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
 }
 
 #[test]

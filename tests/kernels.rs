@@ -1,27 +1,14 @@
 //! Every kernel path against its scalar twin (bit for bit) and a float64 reference (within
 //! the rounding bound documented below), on awkward shapes and 1 to 70 tokens.
 
+mod common;
+
+use common::Rng;
+
 use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows};
 use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, MatRef, OutPtr};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
-/// xorshift64*, enough for test data.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545F4914F6CDD1D)
-    }
-    fn byte(&mut self) -> u8 {
-        (self.next() >> 56) as u8
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
 
 fn isas() -> Vec<Isa> {
     [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()).collect()

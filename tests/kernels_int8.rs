@@ -2,28 +2,15 @@
 //! activation quantizer against a direct float64 / integer reference, and the kernel result
 //! against a float64 evaluation of the same quantized arithmetic within a derived bound.
 
+mod common;
+
+use common::Rng;
+
 use reprolm::kernels::packed::{chunk_rows, pack_rows};
 use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
 use reprolm::kernels::{matmul_rows_int8, Isa, MatRef, OutPtr};
 use reprolm::tensor::GgmlType;
 
-/// xorshift64*, enough for test data.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545F4914F6CDD1D)
-    }
-    fn byte(&mut self) -> u8 {
-        (self.next() >> 56) as u8
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
 
 const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
 /// Widths of 1, 2, 3, 5, 9, 16, 17, 18, 21 and 48 groups: full chunks of 16, narrow last

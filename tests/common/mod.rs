@@ -1,4 +1,5 @@
-//! Shared helpers for the integration tests: locating the model and reading reference data.
+//! Shared helpers for the integration tests: locating the model, reading reference data,
+//! loading and running the model, and test data.
 
 #![allow(dead_code)]
 
@@ -68,4 +69,51 @@ pub fn generations() -> Vec<Generation> {
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// xorshift64*, enough for test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    pub fn byte(&mut self) -> u8 {
+        (self.next() >> 56) as u8
+    }
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// The default model with its weights packed for `precision`, on the kernels of `isa`.
+pub fn load_llama(isa: reprolm::kernels::Isa, precision: reprolm::kernels::Precision) -> reprolm::model::Llama {
+    use reprolm::model::{Llama, LlamaWeights, ModelConfig};
+    let file = reprolm::gguf::GgufFile::open(model_path()).unwrap();
+    let config = ModelConfig::from_gguf(&file).unwrap();
+    let weights = LlamaWeights::from_gguf_with(&file, &config, precision).unwrap();
+    Llama { config, weights, isa }
+}
+
+/// The logits `rows` of each of `chunks` fed in turn to one fresh 512-position cache on a
+/// pool of `threads`, concatenated.
+pub fn forward_logits(
+    model: &reprolm::model::Llama,
+    threads: usize,
+    chunks: &[&[u32]],
+    rows: reprolm::model::LogitRows,
+) -> Vec<f32> {
+    let pool = reprolm::threads::ThreadPool::new(threads);
+    let mut cache = reprolm::model::KvCache::new(&model.config, 512).unwrap();
+    let mut scratch = reprolm::model::Scratch::default();
+    let mut out = Vec::new();
+    for c in chunks {
+        model.forward(&pool, &mut cache, &mut scratch, c, rows).unwrap();
+        out.extend_from_slice(&scratch.logits);
+    }
+    out
 }
