@@ -1,4 +1,9 @@
-//! The Llama forward pass over a batch of consecutive positions.
+//! The Llama forward pass over a batch of rows drawn from one or several sequences.
+//!
+//! A forward call takes, for each sequence, its KV cache and the tokens of its next
+//! consecutive positions; the rows of all sequences run through every per-token step and
+//! matmul together (weights read once per call), and each row attends to its own sequence's
+//! cache only.
 //!
 //! Per layer: RMSNorm -> Q, K, V projections -> RoPE (ggml "normal" mode: adjacent pairs
 //! rotate) -> K, V written to the cache -> causal grouped-query attention over the cache ->
@@ -28,6 +33,14 @@ pub enum LogitRows {
     Last,
     /// None (prefill of a prefix).
     None,
+}
+
+/// One sequence's part of a forward call: the tokens of its next positions
+/// (`cache.len()..`), appended to its cache, and which of them need logits.
+pub struct SeqInput<'a> {
+    pub cache: &'a mut KvCache,
+    pub tokens: &'a [u32],
+    pub logits: LogitRows,
 }
 
 /// A Llama model: configuration, weights (packed for a [`Precision`], see
@@ -65,6 +78,10 @@ pub struct Scratch {
     gate: Vec<f32>,
     /// [T][ffn_dim]
     up: Vec<f32>,
+    /// [T] index of the row's sequence in the call's `SeqInput`s
+    row_seq: Vec<usize>,
+    /// [T] absolute position of each row
+    row_pos: Vec<usize>,
     /// [T][head_dim / 2] rotation of each pair at each position
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
@@ -130,24 +147,50 @@ impl Llama {
         tokens: &[u32],
         rows: LogitRows,
     ) -> Result<()> {
+        self.forward_batch(pool, scratch, &mut [SeqInput { cache, tokens, logits: rows }])
+    }
+
+    /// One forward call over the rows of several sequences: each `SeqInput`'s tokens run at
+    /// its cache's next positions and are appended to that cache. Logits of the requested rows
+    /// are left in `scratch.logits` ([rows][vocab_size]), sequences in order.
+    ///
+    /// Every row is computed with the same op sequence whatever else is in the call (the other
+    /// sequences, their number and lengths): per-token steps and matmuls treat rows
+    /// independently, and a row's attention reads only its own sequence's keys in position
+    /// order. Checks every sequence (ids, room in its cache) before any work.
+    pub fn forward_batch(&self, pool: &ThreadPool, scratch: &mut Scratch, seqs: &mut [SeqInput<'_>]) -> Result<()> {
         let cfg = &self.config;
-        let t_n = tokens.len();
+        for seq in seqs.iter() {
+            if seq.tokens.is_empty() {
+                return Err(Error::EmptyPrompt);
+            }
+            if let Some(&bad) = seq.tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+                return Err(Error::TokenOutOfRange { id: bad.into(), vocab_size: cfg.vocab_size });
+            }
+            seq.cache.check_append(seq.tokens.len())?;
+        }
+        let t_n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         if t_n == 0 {
             return Err(Error::EmptyPrompt);
         }
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
-            return Err(Error::TokenOutOfRange { id: bad.into(), vocab_size: cfg.vocab_size });
-        }
-        let p0 = cache.len();
-        cache.check_append(t_n)?;
-        scratch.ensure(cfg, t_n, pool.n_threads(), cache.capacity());
+        let capacity = seqs.iter().map(|s| s.cache.capacity()).max().unwrap_or(1);
+        scratch.ensure(cfg, t_n, pool.n_threads(), capacity);
         let (d, dkv, hd, ff) = (cfg.d_model, cfg.d_kv(), cfg.head_dim, cfg.ffn_dim);
         let w = &self.weights;
 
-        for (t, &id) in tokens.iter().enumerate() {
-            w.dequantize_matrix_row(&w.token_embd, id as usize, &mut scratch.x[t * d..(t + 1) * d]);
+        scratch.row_seq.clear();
+        scratch.row_pos.clear();
+        let mut t = 0;
+        for (i, seq) in seqs.iter().enumerate() {
+            let p0 = seq.cache.len();
+            for (j, &id) in seq.tokens.iter().enumerate() {
+                w.dequantize_matrix_row(&w.token_embd, id as usize, &mut scratch.x[t * d..(t + 1) * d]);
+                scratch.row_seq.push(i);
+                scratch.row_pos.push(p0 + j);
+                t += 1;
+            }
         }
-        self.rope_table(scratch, p0, t_n);
+        self.rope_table(scratch, t_n);
 
         let eps = cfg.rms_eps;
         let first_norm = w.layers.first().map(|lw| &lw.attn_norm[..]);
@@ -168,9 +211,11 @@ impl Llama {
                 let (cos, sin) = (&scratch.rope_cos[t * hd / 2..], &scratch.rope_sin[t * hd / 2..]);
                 rope(&mut scratch.q[t * d..(t + 1) * d], hd, cos, sin);
                 rope(&mut scratch.k[t * dkv..(t + 1) * dkv], hd, cos, sin);
-                cache.write(l, p0 + t, &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
+                let cache = &mut *seqs[scratch.row_seq[t]].cache;
+                cache.write(l, scratch.row_pos[t], &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
             }
-            self.attention(pool, cache, scratch, l, p0, t_n);
+            let caches: Vec<&KvCache> = seqs.iter().map(|s| &*s.cache).collect();
+            self.attention(pool, &caches, scratch, l, t_n, capacity);
             rowwise::group_sums_rows(pool, &scratch.att, d, t_n, &mut scratch.gs);
             self.quantize_input(pool, &scratch.att, d, t_n, &mut scratch.xq);
             self.matmuls(pool, &scratch.att, &scratch.gs, &scratch.xq, t_n, &[(&lw.wo, &mut scratch.proj)]);
@@ -198,16 +243,36 @@ impl Llama {
                 self.quantize_input(pool, &scratch.xn, d, t_n, &mut scratch.xq);
             }
         }
-        cache.advance_to(p0 + t_n);
+        for seq in seqs.iter_mut() {
+            let end = seq.cache.len() + seq.tokens.len();
+            seq.cache.advance_to(end);
+        }
         crate::count::set_layer(None);
 
-        let first = match rows {
-            LogitRows::None => return Ok(()),
-            LogitRows::All => 0,
-            LogitRows::Last => t_n - 1,
-        };
-        let n_out = t_n - first;
-        let (x, xn, gs) = (&mut scratch.x[first * d..], &mut scratch.xn, &mut scratch.gs);
+        // The rows that need logits, moved to the front of `x` in order (row i comes from a
+        // row at or after i, so the moves never overwrite a row still to be moved).
+        let mut n_out = 0;
+        let mut first = 0;
+        for seq in seqs.iter() {
+            let n = seq.tokens.len();
+            let wanted = match seq.logits {
+                LogitRows::None => 0..0,
+                LogitRows::Last => n - 1..n,
+                LogitRows::All => 0..n,
+            };
+            for r in wanted {
+                let from = first + r;
+                if from != n_out {
+                    scratch.x.copy_within(from * d..(from + 1) * d, n_out * d);
+                }
+                n_out += 1;
+            }
+            first += n;
+        }
+        if n_out == 0 {
+            return Ok(());
+        }
+        let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
         rowwise::residual_norm(pool, x, None, Some(&w.output_norm), cfg.rms_eps, (n_out, d), xn, gs);
         self.quantize_input(pool, &scratch.xn, d, n_out, &mut scratch.xq);
         let mut logits = std::mem::take(&mut scratch.logits);
@@ -217,13 +282,13 @@ impl Llama {
         Ok(())
     }
 
-    /// cos and sin of `pos * base^(-2i / head_dim)` for each position and pair `i`,
+    /// cos and sin of `pos * base^(-2i / head_dim)` for each row's position and pair `i`,
     /// computed in f64 and rounded once.
-    fn rope_table(&self, s: &mut Scratch, p0: usize, t_n: usize) {
+    fn rope_table(&self, s: &mut Scratch, t_n: usize) {
         let cfg = &self.config;
         let half = cfg.head_dim / 2;
         for t in 0..t_n {
-            let pos = (p0 + t) as f64;
+            let pos = s.row_pos[t] as f64;
             for i in 0..half {
                 let theta = (cfg.rope_base as f64).powf(-2.0 * i as f64 / cfg.head_dim as f64);
                 let (sin, cos) = (pos * theta).sin_cos();
@@ -302,8 +367,8 @@ impl Llama {
         });
     }
 
-    /// Causal attention of the `t_n` new positions (starting at `p0`) over the cache,
-    /// parallel over (token, head) pairs; a thread takes its consecutive heads that share a
+    /// Causal attention of the `t_n` rows, each over its own sequence's cache (`caches`
+    /// indexed by `row_seq`, at position `row_pos`), parallel over (row, head) pairs; a thread takes its consecutive heads that share a
     /// KV head together, so each key and value row is read once for all of them.
     ///
     /// Each query reads the keys it attends to (see [`KvCache::pieces`]) in position order:
@@ -311,14 +376,15 @@ impl Llama {
     /// number of queries per call), the softmax and the weighted sum of values run over them
     /// in position order with one accumulator, so a query's op sequence depends only on the
     /// positions it attends to. Output in `scratch.att`.
-    fn attention(&self, pool: &ThreadPool, cache: &KvCache, s: &mut Scratch, layer: usize, p0: usize, t_n: usize) {
+    /// `capacity` is the largest cache's: the stride of the score rows.
+    fn attention(&self, pool: &ThreadPool, caches: &[&KvCache], s: &mut Scratch, layer: usize, t_n: usize, capacity: usize) {
         let cfg = &self.config;
         let (d, hd, nh, gs) = (cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.group_size());
         let scale = 1.0 / (hd as f32).sqrt();
-        let capacity = cache.capacity();
         let tasks = t_n * cfg.n_heads;
         let n = chunks_for(pool, tasks);
-        let (q, att, scores) = (&s.q, SharedMut(s.att.as_mut_ptr()), SharedMut(s.scores.as_mut_ptr()));
+        let (q, row_seq, row_pos) = (&s.q, &s.row_seq, &s.row_pos);
+        let (att, scores) = (SharedMut(s.att.as_mut_ptr()), SharedMut(s.scores.as_mut_ptr()));
         pool.run(n, |c| {
             let (att, scores) = (att, scores);
             // SAFETY: chunk c owns scores block c and the att slices of its (token, head) pairs.
@@ -331,7 +397,8 @@ impl Llama {
                 // Heads h..h + nq: this thread's, all reading KV head g.
                 let nq = ((g + 1) * gs - h).min(mine.end - task);
                 task += nq;
-                let (slots, n_pieces) = cache.pieces(p0 + t);
+                let cache = caches[row_seq[t]];
+                let (slots, n_pieces) = cache.pieces(row_pos[t]);
                 let queries = &q[t * d + h * hd..t * d + (h + nq) * hd];
                 let act = Activations { x: queries, gs: &[], n_tokens: nq, cols: hd };
                 let mut n_keys = 0;

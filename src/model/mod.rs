@@ -8,5 +8,5 @@ pub mod weights;
 
 pub use config::ModelConfig;
 pub use kv_cache::{KvCache, KvCacheOptions, KvDtype, Overflow};
-pub use llama::{Llama, LogitRows, Scratch};
+pub use llama::{Llama, LogitRows, Scratch, SeqInput};
 pub use weights::LlamaWeights;
