@@ -7,9 +7,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::kernels::{Isa, Precision};
-use crate::decode::{self, Generation};
+use crate::decode::{self, Generation, Request};
 use crate::model::{KvCache, KvCacheOptions, KvDtype, Llama, LlamaWeights, LogitRows, ModelConfig, Overflow, Scratch};
-use crate::sampling::Sampler;
 use crate::threads::ThreadPool;
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
 
@@ -96,10 +95,20 @@ impl Engine {
     /// The default cache capacity: the model's context length, capped so that a cache of
     /// `dtype` numbers takes at most half of the memory the OS reports available.
     pub fn default_context_length(&self, dtype: KvDtype) -> usize {
+        let per_position = self.kv_bytes_per_position(dtype);
+        let limit = available_memory().map_or(usize::MAX, |m| (m / 2 / per_position).max(1));
+        self.config().context_length.clamp(1, limit.max(1))
+    }
+
+    /// Bytes of keys and values one position takes in a cache of `dtype` numbers (at least 1).
+    pub fn kv_bytes_per_position(&self, dtype: KvDtype) -> usize {
         let cfg = self.config();
-        let per_position = 2 * cfg.n_layers * cfg.d_kv() * dtype.bytes();
-        let limit = available_memory().map_or(usize::MAX, |m| (m / 2 / per_position.max(1)).max(1));
-        cfg.context_length.clamp(1, limit.max(1))
+        (2 * cfg.n_layers * cfg.d_kv() * dtype.bytes()).max(1)
+    }
+
+    /// The worker pool forward passes run on.
+    pub(crate) fn pool(&self) -> &ThreadPool {
+        &self.pool
     }
 
     /// Checks every id against the vocabulary.
@@ -112,7 +121,7 @@ impl Engine {
 }
 
 /// Bytes of memory available to new allocations (Linux `MemAvailable`), if known.
-fn available_memory() -> Option<usize> {
+pub(crate) fn available_memory() -> Option<usize> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -269,15 +278,9 @@ impl Session {
     /// tokens): the prefix `prompt` shares with the session is reused, the rest computed. With
     /// the `Error` policy, `prompt.len() + max_tokens` must fit the cache, checked before any
     /// work. Afterwards the session holds the prompt and the generated ids but the last.
-    pub fn generate(
-        &mut self,
-        prompt: &[u32],
-        sampler: &mut Sampler,
-        max_tokens: usize,
-        stop_token_ids: &[u32],
-    ) -> Result<Generation> {
-        self.check_generation(prompt.len(), max_tokens)?;
-        decode::generate(self, prompt, sampler, max_tokens, stop_token_ids)
+    pub fn generate(&mut self, request: Request) -> Result<Generation> {
+        self.check_generation(request.prompt.len(), request.stop.max_tokens)?;
+        decode::generate(self, request)
     }
 
     /// Whether a generation of up to `max_tokens` after a prompt of `prompt_len` tokens may

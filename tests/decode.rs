@@ -6,7 +6,7 @@ mod toy;
 use std::collections::HashMap;
 
 use toy::{HashModel, TableModel, TestRng};
-use reprolm::decode::{beam_search, generate, FinishReason, LanguageModel};
+use reprolm::decode::{beam_search, generate, Finish, Generation, LanguageModel, Request, StopConditions};
 use reprolm::error::Error;
 use reprolm::sampling::{log_softmax, Sampler, SamplerConfig};
 
@@ -31,10 +31,22 @@ fn counterexample_2() -> TableModel {
     TableModel { vocab: 3, table }
 }
 
+/// [`generate`] of a request built from these arguments.
+fn run_generate<M: LanguageModel + ?Sized>(
+    model: &mut M,
+    prompt: &[u32],
+    sampler: &Sampler,
+    max_tokens: usize,
+    stop_token_ids: &[u32],
+) -> Result<Generation, Error> {
+    let stop = StopConditions { max_tokens, stop_token_ids: stop_token_ids.to_vec(), ..StopConditions::default() };
+    generate(model, Request::with_sampler(prompt.to_vec(), sampler.clone(), stop)?)
+}
+
 /// Greedy decoding of `max_tokens` tokens.
 fn greedy(model: &mut impl LanguageModel, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
-    let mut sampler = Sampler::new(SamplerConfig::greedy(), model.vocab_size()).unwrap();
-    generate(model, prompt, &mut sampler, max_tokens, &[]).unwrap().ids
+    let sampler = Sampler::new(SamplerConfig::greedy(), model.vocab_size()).unwrap();
+    run_generate(model, prompt, &sampler, max_tokens, &[]).unwrap().ids
 }
 
 /// The most probable sequence of length n by enumeration (ties: lexicographically smallest),
@@ -187,18 +199,18 @@ fn length_penalty_normalizes_scores() {
 #[test]
 fn generate_stops_on_eos_stop_tokens_or_length() {
     let mut model = EndingModel;
-    let mut sampler = Sampler::new(SamplerConfig::greedy(), 4).unwrap();
-    let run = generate(&mut model, &[1], &mut sampler, 20, &[]).unwrap();
-    assert_eq!(run.finish_reason, FinishReason::Eos);
+    let sampler = Sampler::new(SamplerConfig::greedy(), 4).unwrap();
+    let run = run_generate(&mut model, &[1], &sampler, 20, &[]).unwrap();
+    assert_eq!(run.finish, Finish::Eos);
     assert_eq!(run.ids.last(), Some(&0));
     assert_eq!(run.steps.len(), run.ids.len());
     let first = run.ids[0];
-    let stopped = generate(&mut model, &[1], &mut sampler, 20, &[first]).unwrap();
-    assert_eq!((stopped.ids, stopped.finish_reason), (vec![first], FinishReason::StopToken));
-    let short = generate(&mut model, &[1], &mut sampler, 1, &[]).unwrap();
-    assert_eq!((short.ids.len(), short.finish_reason), (1, FinishReason::Length));
-    let none = generate(&mut model, &[1], &mut sampler, 0, &[]).unwrap();
-    assert_eq!((none.ids.len(), none.finish_reason), (0, FinishReason::Length));
+    let stopped = run_generate(&mut model, &[1], &sampler, 20, &[first]).unwrap();
+    assert_eq!((stopped.ids, stopped.finish), (vec![first], Finish::StopToken(first)));
+    let short = run_generate(&mut model, &[1], &sampler, 1, &[]).unwrap();
+    assert_eq!((short.ids.len(), short.finish), (1, Finish::Length));
+    let none = run_generate(&mut model, &[1], &sampler, 0, &[]).unwrap();
+    assert_eq!((none.ids.len(), none.finish), (0, Finish::Length));
 }
 
 #[test]
@@ -206,8 +218,8 @@ fn generate_is_reproducible_and_seeded() {
     let config = SamplerConfig { temperature: 1.0, top_p: 0.9, seed: 99, ..SamplerConfig::default() };
     let run = |config: SamplerConfig| {
         let mut model = HashModel::new(200, None, 77);
-        let mut sampler = Sampler::new(config, 200).unwrap();
-        generate(&mut model, &[3, 4], &mut sampler, 40, &[]).unwrap()
+        let sampler = Sampler::new(config, 200).unwrap();
+        run_generate(&mut model, &[3, 4], &sampler, 40, &[]).unwrap()
     };
     let first = run(config.clone());
     assert_eq!(first, run(config.clone()));
@@ -217,16 +229,16 @@ fn generate_is_reproducible_and_seeded() {
 #[test]
 fn decoding_rejects_bad_arguments() {
     let mut model = HashModel::new(5, Some(4), 1);
-    let mut sampler = Sampler::new(SamplerConfig::default(), 5).unwrap();
-    assert!(matches!(generate(&mut model, &[], &mut sampler, 3, &[]), Err(Error::EmptyPrompt)));
-    assert!(matches!(generate(&mut model, &[5], &mut sampler, 3, &[]), Err(Error::TokenOutOfRange { id: 5, .. })));
+    let sampler = Sampler::new(SamplerConfig::default(), 5).unwrap();
+    assert!(matches!(run_generate(&mut model, &[], &sampler, 3, &[]), Err(Error::EmptyPrompt)));
+    assert!(matches!(run_generate(&mut model, &[5], &sampler, 3, &[]), Err(Error::TokenOutOfRange { id: 5, .. })));
     let names = |result: Result<_, Error>| match result {
         Err(Error::InvalidArgument { name, .. }) => name,
         other => panic!("expected InvalidArgument, got {other:?}"),
     };
-    assert_eq!(names(generate(&mut model, &[1], &mut sampler, 3, &[9]).map(|_| ())), "stop_token_ids");
-    let mut wrong = Sampler::new(SamplerConfig::default(), 6).unwrap();
-    assert_eq!(names(generate(&mut model, &[1], &mut wrong, 3, &[]).map(|_| ())), "sampler");
+    assert_eq!(names(run_generate(&mut model, &[1], &sampler, 3, &[9]).map(|_| ())), "stop_token_ids");
+    let wrong = Sampler::new(SamplerConfig::default(), 6).unwrap();
+    assert_eq!(names(run_generate(&mut model, &[1], &wrong, 3, &[]).map(|_| ())), "sampler");
     assert_eq!(names(beam_search(&mut model, &[1], 0, 3, 0.0).map(|_| ())), "beam_width");
     assert_eq!(names(beam_search(&mut model, &[1], 2, 3, f64::NAN).map(|_| ())), "length_penalty");
     assert!(matches!(beam_search(&mut model, &[], 2, 3, 0.0), Err(Error::EmptyPrompt)));

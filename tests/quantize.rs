@@ -13,7 +13,7 @@ use reprolm::engine::{Engine, LoadOptions, Session};
 use reprolm::gguf::{GgufFile, GgufWriter, TensorSpec};
 use reprolm::quantize::uniform::{q4_1_range, quantize_row_q4_1_uniform, Uniform};
 use reprolm::quantize::{convert_file, quantize_file, QuantizeOptions};
-use reprolm::sampling::{Sampler, SamplerConfig};
+use reprolm::sampling::SamplerConfig;
 use reprolm::tensor::{as_blocks, as_blocks_mut, dequantize_row, BlockQ4_1, GgmlType, QK};
 
 /// A scratch directory removed when dropped.
@@ -277,9 +277,10 @@ fn smollm2_to_f32_to_q4_1_reproduces_the_original_blocks() {
 fn greedy(path: &Path, prompt: &str, n: usize) -> String {
     let engine = Arc::new(Engine::load(path, &LoadOptions::default()).unwrap());
     let ids = engine.tokenizer.encode(prompt, false).unwrap();
-    let mut sampler = Sampler::new(SamplerConfig::greedy(), engine.config().vocab_size).unwrap();
+    let stop = decode::StopConditions { max_tokens: n, ..Default::default() };
+    let request = decode::Request::new(ids.clone(), SamplerConfig::greedy(), stop, engine.config().vocab_size).unwrap();
     let mut session = Session::new(Arc::clone(&engine), ids.len() + n).unwrap();
-    let g = decode::generate(&mut session, &ids, &mut sampler, n, &[]).unwrap();
+    let g = session.generate(request).unwrap();
     engine.tokenizer.decode(&g.ids).unwrap()
 }
 

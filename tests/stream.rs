@@ -6,10 +6,10 @@ mod common;
 use std::sync::Arc;
 
 use reprolm::chat::{ChatTemplate, Message};
-use reprolm::decode::stream::{Finish, Generator, StopConditions};
-use reprolm::decode::{generate, FinishReason};
+use reprolm::decode::stream::Generator;
+use reprolm::decode::{generate, Finish, Request, StopConditions};
 use reprolm::engine::{Engine, LoadOptions, Session};
-use reprolm::sampling::{Sampler, SamplerConfig};
+use reprolm::sampling::SamplerConfig;
 use reprolm::Error;
 
 fn engine() -> Arc<Engine> {
@@ -19,7 +19,8 @@ fn engine() -> Arc<Engine> {
 fn run(engine: &Arc<Engine>, prompt: &[u32], config: &SamplerConfig, stop: StopConditions) -> (Vec<u32>, Vec<String>, Finish) {
     let vocab = engine.config().vocab_size;
     let session = Session::new(Arc::clone(engine), 512).unwrap();
-    let mut generator = Generator::new(session, prompt, Sampler::new(config.clone(), vocab).unwrap(), stop).unwrap();
+    let request = Request::new(prompt.to_vec(), config.clone(), stop, vocab).unwrap();
+    let mut generator = Generator::new(session, request).unwrap();
     let mut texts = Vec::new();
     let mut ids = Vec::new();
     while let Some(step) = generator.next_step().unwrap() {
@@ -31,18 +32,22 @@ fn run(engine: &Arc<Engine>, prompt: &[u32], config: &SamplerConfig, stop: StopC
     (ids, texts, generator.finish().unwrap())
 }
 
+fn stop_after(max_tokens: usize) -> StopConditions {
+    StopConditions { max_tokens, ..StopConditions::default() }
+}
+
 #[test]
 fn generator_matches_generate_and_decode() {
     let engine = engine();
     let vocab = engine.config().vocab_size;
     let japanese = engine.tokenizer.encode("<|im_start|>user\n日本語で挨拶してください。<|im_end|>\n<|im_start|>assistant\n", true).unwrap();
     for config in [SamplerConfig::greedy(), SamplerConfig { temperature: 0.9, seed: 5, ..SamplerConfig::default() }] {
-        let stop = StopConditions { max_tokens: 16, ..StopConditions::default() };
-        let (ids, texts, finish) = run(&engine, &japanese, &config, stop);
+        let (ids, texts, finish) = run(&engine, &japanese, &config, stop_after(16));
         let mut session = Session::new(Arc::clone(&engine), 512).unwrap();
-        let reference = generate(&mut session, &japanese, &mut Sampler::new(config.clone(), vocab).unwrap(), 16, &[]).unwrap();
+        let request = Request::new(japanese.clone(), config.clone(), stop_after(16), vocab).unwrap();
+        let reference = generate(&mut session, request).unwrap();
         assert_eq!(ids, reference.ids);
-        assert_eq!(reference.finish_reason, FinishReason::Length);
+        assert_eq!(reference.finish, Finish::Length);
         assert_eq!(finish, Finish::Length);
         assert_eq!(texts.concat(), engine.tokenizer.decode(&ids).unwrap());
         assert!(texts.iter().any(String::is_empty), "no character was split across tokens");
@@ -67,7 +72,7 @@ fn stop_strings_and_errors() {
     let vocab = engine.config().vocab_size;
     let new = |prompt: &[u32], stop: StopConditions| {
         let session = Session::new(Arc::clone(&engine), 64).unwrap();
-        Generator::new(session, prompt, Sampler::new(greedy.clone(), vocab).unwrap(), stop).err()
+        Request::new(prompt.to_vec(), greedy.clone(), stop, vocab).and_then(|r| Generator::new(session, r)).err()
     };
     assert!(matches!(new(&[], stop(&[])), Some(Error::EmptyPrompt)));
     assert!(matches!(new(&[1], stop(&[""])), Some(Error::InvalidArgument { .. })));

@@ -2,12 +2,14 @@
 //! and beam search (definition 3.2).
 
 mod beam;
+pub mod sequence;
 pub mod stream;
 
 pub use beam::{beam_search, Beam};
+pub use sequence::{Finish, Request, SequenceDecoder, Step, StopConditions};
 
 use crate::error::{Error, Result};
-use crate::sampling::{Sampler, Selection};
+use crate::sampling::Selection;
 
 /// Anything that gives next-token logits: the GGUF model (with a KV cache that reuses the
 /// longest common prefix of consecutive contexts), a Python callable, a test table.
@@ -20,28 +22,6 @@ pub trait LanguageModel {
     fn next_logits(&mut self, context: &[u32]) -> Result<Vec<f32>>;
 }
 
-/// Why generation stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    /// The model's end-of-sequence token was generated.
-    Eos,
-    /// One of the caller's stop tokens was generated.
-    StopToken,
-    /// `max_tokens` tokens were generated.
-    Length,
-}
-
-/// The result of [`generate`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct Generation {
-    /// The generated ids, including the EOS or stop token that ended generation.
-    pub ids: Vec<u32>,
-    /// Why generation stopped.
-    pub finish_reason: FinishReason,
-    /// The selection statistics of every step, one per id.
-    pub steps: Vec<Selection>,
-}
-
 /// Checks that the prompt is non-empty, its ids are in the vocabulary, and so is the EOS id.
 fn check_prompt<M: LanguageModel + ?Sized>(model: &M, prompt: &[u32]) -> Result<()> {
     let vocab_size = model.vocab_size();
@@ -51,52 +31,49 @@ fn check_prompt<M: LanguageModel + ?Sized>(model: &M, prompt: &[u32]) -> Result<
     if let Some(&id) = prompt.iter().find(|&&id| id as usize >= vocab_size) {
         return Err(Error::TokenOutOfRange { id: id as i64, vocab_size });
     }
-    if let Some(eos) = model.eos_id().filter(|&eos| eos as usize >= vocab_size) {
-        return Err(Error::invalid_argument("eos_id", format!("{eos} is outside the vocabulary of {vocab_size}")));
-    }
-    Ok(())
+    check_eos(model)
 }
 
-/// Autoregressive generation (definition 3.1): step t = 0, 1, ... asks the model for the logits
-/// after prompt + generated ids, lets `sampler` choose token t with draw `uniform(seed, t)`,
-/// appends it, and stops after the model's EOS token, after a token of `stop_token_ids`, or
-/// after `max_tokens` tokens. The sampler's penalties see prompt + generated ids as history.
-pub fn generate<M: LanguageModel + ?Sized>(
-    model: &mut M,
-    prompt: &[u32],
-    sampler: &mut Sampler,
-    max_tokens: usize,
-    stop_token_ids: &[u32],
-) -> Result<Generation> {
-    check_prompt(model, prompt)?;
+/// Checks that the model's EOS id, if any, is in its vocabulary.
+fn check_eos<M: LanguageModel + ?Sized>(model: &M) -> Result<()> {
     let vocab_size = model.vocab_size();
-    if sampler.vocab_size() != vocab_size {
+    match model.eos_id().filter(|&eos| eos as usize >= vocab_size) {
+        Some(eos) => Err(Error::invalid_argument("eos_id", format!("{eos} is outside the vocabulary of {vocab_size}"))),
+        None => Ok(()),
+    }
+}
+
+/// The result of [`generate`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generation {
+    /// The generated ids, including the EOS or stop token that ended generation.
+    pub ids: Vec<u32>,
+    /// Why generation stopped.
+    pub finish: Finish,
+    /// The selection statistics of every step, one per id.
+    pub steps: Vec<Selection>,
+}
+
+/// Autoregressive generation (definition 3.1) of `request` on `model`, ids only: step t asks
+/// the model for the logits after prompt + generated ids and lets the [`SequenceDecoder`]
+/// choose token t with draw `uniform(seed, t)`; stops after the model's EOS token, after a
+/// stop token, or after `max_tokens` tokens. (Stop strings need text: the text-producing
+/// drivers are [`stream::Generator`] and the batch engine.)
+pub fn generate<M: LanguageModel + ?Sized>(model: &mut M, request: Request) -> Result<Generation> {
+    let vocab_size = model.vocab_size();
+    if request.sampler.vocab_size() != vocab_size {
         return Err(Error::invalid_argument(
             "sampler",
-            format!("built for {} tokens but the model has {vocab_size}", sampler.vocab_size()),
+            format!("built for {} tokens but the model has {vocab_size}", request.sampler.vocab_size()),
         ));
     }
-    if let Some(&id) = stop_token_ids.iter().find(|&&id| id as usize >= vocab_size) {
-        return Err(Error::invalid_argument("stop_token_ids", format!("token id {id} is outside the vocabulary")));
+    check_eos(model)?;
+    let mut seq = SequenceDecoder::new(request, model.eos_id());
+    let mut steps = Vec::new();
+    while seq.finish().is_none() {
+        let logits = model.next_logits(seq.context())?;
+        steps.push(seq.accept(&logits, None)?.selection);
     }
-    let eos = model.eos_id();
-    let mut context = prompt.to_vec();
-    let mut steps = Vec::with_capacity(max_tokens);
-    let mut finish_reason = FinishReason::Length;
-    for step in 0..max_tokens {
-        let logits = model.next_logits(&context)?;
-        let selection = sampler.sample(&logits, &context, prompt.len(), step as u64)?;
-        context.push(selection.token);
-        let token = selection.token;
-        steps.push(selection);
-        if Some(token) == eos {
-            finish_reason = FinishReason::Eos;
-            break;
-        }
-        if stop_token_ids.contains(&token) {
-            finish_reason = FinishReason::StopToken;
-            break;
-        }
-    }
-    Ok(Generation { ids: context.split_off(prompt.len()), finish_reason, steps })
+    let finish = seq.finish().expect("the loop ends when generation has finished");
+    Ok(Generation { ids: seq.generated().to_vec(), finish, steps })
 }
