@@ -85,6 +85,18 @@ pub enum Error {
     /// Generation was interrupted by the caller (e.g. Ctrl-C).
     #[error("interrupted")]
     Interrupted,
+
+    /// The request was cancelled before it finished.
+    #[error("the request was cancelled")]
+    Cancelled,
+
+    /// The batch engine's queue of waiting requests is full.
+    #[error("the engine is overloaded: {waiting} requests are already waiting (max_queue)")]
+    QueueFull { waiting: usize },
+
+    /// The batch engine stopped (its model was closed, or an internal failure).
+    #[error("the batch engine stopped: {0}")]
+    EngineStopped(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

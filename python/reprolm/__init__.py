@@ -14,7 +14,7 @@ from ._core import ModelConfig, __version__
 from ._decoding import Beam, StepInfo
 from ._download import cache_dir, default_model_path
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
-from ._model import Chunk, Completion, FinishReason, Message, Model, Prompt, Session
+from ._model import Chunk, Completion, EngineStats, FinishReason, Message, Model, Prompt, Request, Session
 from ._quantize import QuantizeReport, TensorReport, convert, quantize, quantize_row
 from .errors import (
     ChatTemplateError,
@@ -25,6 +25,9 @@ from .errors import (
     InvalidInputError,
     InvalidModelError,
     ModelDownloadError,
+    RequestCancelledError,
+    EngineStoppedError,
+    EngineOverloadedError,
     ReprolmError,
     SessionStateError,
     StateFormatError,
@@ -40,6 +43,8 @@ from .sampling import Sampler
 __all__ = [
     "Model",
     "Session",
+    "Request",
+    "EngineStats",
     "Completion",
     "Chunk",
     "Message",
@@ -79,5 +84,8 @@ __all__ = [
     "StateModelMismatchError",
     "ChatTemplateError",
     "ModelDownloadError",
+    "RequestCancelledError",
+    "EngineStoppedError",
+    "EngineOverloadedError",
     "__version__",
 ]

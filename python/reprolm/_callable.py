@@ -9,7 +9,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._decoding import Beam, StepInfo, _alternatives_count, _ids
-from ._model import Completion
+from ._results import Completion
 from .sampling import Sampler
 
 __all__ = ["CallableModel"]

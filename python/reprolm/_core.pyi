@@ -13,6 +13,8 @@ __all__ = [
     "Session",
     "SamplerConfig",
     "Stream",
+    "Request",
+    "submit",
     "softmax",
     "entropy",
     "top_k_set",
@@ -20,7 +22,6 @@ __all__ = [
     "restrict",
     "total_variation",
     "uniform",
-    "generate",
     "apply_chat_template",
     "chat_template",
     "gguf_info",
@@ -92,6 +93,8 @@ class SamplerConfig:
 
 # (token id, ln q(token), entropy of q, removed mass, [(id, ln q(id))] alternatives)
 _StepTuple = tuple[int, float, float, float, list[tuple[int, float]]]
+# (text delta, ids, finish reason on the last chunk, ln q per id, step statistics if asked for)
+_ChunkTuple = tuple[str, list[int], Optional[Literal["eos", "length", "stop"]], list[float], Optional[_StepTuple]]
 # (ids, finish reason, per-step statistics or [])
 _GenerationTuple = tuple[list[int], Literal["eos", "length", "stop"], list[_StepTuple]]
 # (ids, log-probability, score, finished)
@@ -134,7 +137,17 @@ class Engine:
         threads: Optional[int] = None,
         isa: Optional[str] = None,
         precision: Optional[str] = None,
+        max_concurrent: Optional[int] = None,
+        max_queue: Optional[int] = None,
+        max_batch_tokens: Optional[int] = None,
+        kv_memory: Optional[int] = None,
     ) -> Engine: ...
+    @property
+    def batch_options(self) -> tuple[int, Optional[int], int, int]: ...
+    def wait_ready(self, timeout: float) -> list[int]: ...
+    def engine_stats(self) -> tuple[int, int, int, int, int, int]: ...
+    @property
+    def kv_bytes_per_position(self) -> int: ...
     @property
     def config(self) -> ModelConfig: ...
     @property
@@ -200,33 +213,31 @@ class Session:
 
 @final
 class Stream:
-    def __new__(
-        cls,
-        engine: Engine,
-        ids: list[int],
-        *,
-        max_tokens: int,
-        sampler: SamplerConfig,
-        stop_token_ids: list[int],
-        stop: list[str],
-        skip_end_token_text: bool = False,
-    ) -> Stream: ...
     def __iter__(self) -> Stream: ...
-    def __next__(
-        self,
-    ) -> tuple[str, list[int], Optional[Literal["eos", "length", "stop"]], list[float]]: ...
+    def __next__(self) -> _ChunkTuple: ...
     def close(self) -> None: ...
 
-def generate(
+@final
+class Request:
+    @property
+    def id(self) -> int: ...
+    @property
+    def finished(self) -> bool: ...
+    def next(self) -> Optional[_ChunkTuple]: ...
+    def try_next(self) -> tuple[bool, Optional[_ChunkTuple]]: ...
+    def watch(self) -> None: ...
+    def cancel(self) -> None: ...
+
+def submit(
     engine: Engine,
-    prompts: list[list[int]],
+    ids: list[int],
     *,
     max_tokens: int,
     sampler: SamplerConfig,
     stop_token_ids: list[int],
     stop: list[str],
-    skip_end_token_text: bool = False,
-) -> list[tuple[list[int], str, Literal["eos", "length", "stop"], list[float]]]: ...
+    steps: bool = False,
+) -> Request: ...
 def apply_chat_template(
     engine: Engine,
     messages: list[dict[str, Any]],

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, TypedDict, Union, cast, overload
+from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -15,15 +14,15 @@ import numpy.typing as npt
 from . import _core
 from ._decoding import Beam, StepInfo, _alternatives_count
 from ._download import default_model_path
-from .errors import InvalidArgumentError
+from ._request import Request, _Dispatcher
+from ._results import Chunk, Completion, FinishReason
 from .sampling import Sampler
 
-__all__ = ["Model", "Session", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype", "OverflowPolicy",
-           "Precision"]
+__all__ = ["Model", "Session", "Request", "EngineStats", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype",
+           "OverflowPolicy", "Precision"]
 
 Prompt = Union[str, Sequence[int]]
 """A prompt: text, or token ids."""
-FinishReason = Literal["eos", "length", "stop"]
 KvDtype = Literal["f32", "f16"]
 OverflowPolicy = Literal["error", "sliding_window"]
 Precision = Literal["float32", "int8"]
@@ -31,81 +30,51 @@ Message = Mapping[str, Any]
 """A chat message, such as ``{"role": "user", "content": "Hi"}``."""
 
 
-@dataclass(frozen=True)
-class Completion:
-    """The result of :meth:`Model.generate` and :meth:`Model.chat`."""
-
-    text: str
-    """The generated text (special tokens rendered as text), cut before the first stop string.
-    For :meth:`Model.chat` the end-of-turn token's text is left out."""
-    token_ids: list[int]
-    """The generated ids, including the end-of-sequence or stop token that ended generation."""
-    finish_reason: FinishReason
-    """``"eos"`` (end-of-sequence token), ``"stop"`` (a stop token or stop string), or
-    ``"length"`` (max_tokens)."""
-    prompt_token_ids: list[int] = field(repr=False, default_factory=list)
-    """The prompt as token ids."""
-    logprobs: list[float] = field(repr=False, default_factory=list)
-    """ln q(token) for each generated id under the sampler's final distribution q (0.0 when
-    decoding greedily, where q is a point mass)."""
-    steps: list[StepInfo] = field(repr=False, default_factory=list)
-    """Per-step statistics, one per generated token, when requested with ``logprobs=N``
-    (else empty)."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One piece of a streamed generation (:meth:`Model.stream`): usually one token.
-
-    ``text`` is always valid UTF-8 and may be empty: a character split across tokens is
-    emitted once complete, and text that may be the start of a stop string is held back until
-    that is decided. Joined, the texts of all chunks are the :class:`Completion` text.
-    """
-
-    text: str
-    """The text that became final with this chunk."""
-    token_ids: list[int]
-    """The ids generated in this chunk (one, or none in the final chunk of ``max_tokens=0``)."""
-    finish_reason: Optional[FinishReason]
-    """Set on the last chunk only."""
-    logprobs: list[float] = field(repr=False, default_factory=list)
-    """ln q(token) for each id of the chunk, as in :attr:`Completion.logprobs`."""
-
-
 def _stop_list(stop: Union[str, Sequence[str]]) -> list[str]:
     return [stop] if isinstance(stop, str) else [str(s) for s in stop]
 
 
-class _DecodeOptions(TypedDict):
-    """The keyword arguments every token loop of ``_core`` takes."""
+@dataclasses.dataclass(frozen=True)
+class EngineStats:
+    """What a model's batch engine is doing (:meth:`Model.engine_stats`)."""
 
-    max_tokens: int
-    sampler: _core.SamplerConfig
-    stop_token_ids: list[int]
-    stop: list[str]
-    skip_end_token_text: bool
+    waiting: int
+    """Requests waiting for admission."""
+    running: int
+    """Sequences being computed."""
+    kv_bytes: int
+    """Bytes of KV cache reserved by the running sequences."""
+    passes: int
+    """Forward passes run so far."""
+    prompt_tokens: int
+    """Prompt tokens computed so far."""
+    generated_tokens: int
+    """Tokens generated so far."""
 
 
-def _decode_options(
-    max_tokens: int,
-    sampler: Optional[Sampler],
-    stop: Union[str, Sequence[str]],
-    stop_token_ids: Sequence[int],
-    skip_end_token_text: bool,
-) -> _DecodeOptions:
-    return _DecodeOptions(
-        max_tokens=max_tokens, sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids),
-        stop=_stop_list(stop), skip_end_token_text=skip_end_token_text,
-    )
+def _step_sampler(sampler: Optional[Sampler], logprobs: Optional[int]) -> tuple[Sampler, bool]:
+    """The sampler to run (greedy by default) reporting ``logprobs`` alternatives, and whether
+    per-step statistics were asked for."""
+    alternatives = _alternatives_count(logprobs)
+    chosen = sampler or Sampler.greedy()
+    if alternatives is None:
+        return chosen, False
+    return dataclasses.replace(chosen, top_logprobs=alternatives), True
 
 
 def _chunks(core: _core.Stream) -> Iterator[Chunk]:
-    """The stream's chunks; closing this generator (or dropping it) closes the stream."""
+    """A session stream's chunks; closing this generator (or dropping it) closes the stream."""
     try:
-        for text, token_ids, reason, logprobs in core:
+        for text, token_ids, reason, logprobs, _step in core:
             yield Chunk(text, token_ids, reason, logprobs)
     finally:
         core.close()
+
+
+def _request_chunks(request: Request) -> Iterator[Chunk]:
+    """A request's chunks; closing this generator (or dropping it) cancels the request."""
+    with request:
+        yield from request
 
 
 def _is_batch(prompt: Union[Prompt, Sequence[Prompt]]) -> bool:
@@ -124,10 +93,21 @@ class Model:
 
     def __init__(self, engine: _core.Engine) -> None:
         self._engine = engine
+        self._dispatcher = _Dispatcher(engine.wait_ready)
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike[str]], *, threads: Optional[int] = None,
-             isa: Optional[str] = None, precision: Precision = "float32") -> "Model":
+    def load(
+        cls,
+        path: Union[str, os.PathLike[str]],
+        *,
+        threads: Optional[int] = None,
+        isa: Optional[str] = None,
+        precision: Precision = "float32",
+        max_concurrent: Optional[int] = None,
+        max_queue: Optional[int] = None,
+        max_batch_tokens: Optional[int] = None,
+        kv_memory: Optional[int] = None,
+    ) -> "Model":
         """Loads a GGUF file.
 
         ``threads``: worker threads (default: all cores). ``isa``: force a kernel path,
@@ -137,14 +117,25 @@ class Model:
         (activations of quantized matmuls quantized to int8 per group of 32, faster;
         deterministic like float32, but not reference-exact). Other values raise
         :class:`InvalidArgumentError`.
+
+        The batch engine that runs :meth:`generate`, :meth:`stream`, :meth:`chat` and
+        :meth:`submit` takes these limits: ``max_concurrent`` sequences computed together
+        (default 64), ``max_queue`` requests waiting for them (default: no limit; beyond it
+        :class:`EngineOverloadedError`), ``max_batch_tokens`` rows per forward pass (default
+        512), ``kv_memory`` bytes of KV cache for all running sequences (default: a quarter of
+        the memory available at load time). None of them changes any result.
         """
-        return cls(_core.Engine(Path(path), threads=threads, isa=isa, precision=precision))
+        engine = _core.Engine(
+            Path(path), threads=threads, isa=isa, precision=precision, max_concurrent=max_concurrent,
+            max_queue=max_queue, max_batch_tokens=max_batch_tokens, kv_memory=kv_memory,
+        )
+        return cls(engine)
 
     @classmethod
-    def default(cls, *, threads: Optional[int] = None, isa: Optional[str] = None,
-                precision: Precision = "float32") -> "Model":
-        """Loads SmolLM2-135M-Instruct (Q4_1), fetching it into the cache on first use."""
-        return cls.load(default_model_path(), threads=threads, isa=isa, precision=precision)
+    def default(cls, **options: Any) -> "Model":
+        """Loads SmolLM2-135M-Instruct (Q4_1), fetching it into the cache on first use; the
+        options are :meth:`load`'s."""
+        return cls.load(default_model_path(), **options)
 
     @property
     def config(self) -> _core.ModelConfig:
@@ -163,6 +154,15 @@ class Model:
     def isa(self) -> str:
         """The kernel path in use."""
         return self._engine.isa
+
+    @property
+    def kv_bytes_per_position(self) -> int:
+        """Bytes of keys and values one position of a sequence takes in a float32 cache."""
+        return self._engine.kv_bytes_per_position
+
+    def engine_stats(self) -> EngineStats:
+        """What the batch engine is doing now (all zeros before the first request)."""
+        return EngineStats(*self._engine.engine_stats())
 
     @property
     def precision(self) -> Precision:
@@ -278,45 +278,58 @@ class Model:
         log-probability, the entropy and removed mass of the distribution it was drawn from,
         and the N most probable alternatives (see :class:`StepInfo`).
         """
-        with_steps = _alternatives_count(logprobs) is not None
         batch = _is_batch(prompt)
         prompts = ([self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)] if batch
                    else [self._prompt_ids(cast(Prompt, prompt), special)])
-        if with_steps:
-            completions = self._generate_with_steps(prompts, max_tokens, sampler, stop, stop_token_ids, logprobs)
-        else:
-            completions = self._generate(prompts, max_tokens, sampler, stop, stop_token_ids, False)
+        requests: list[Request] = []
+        try:
+            for ids in prompts:
+                requests.append(self._submit(ids, max_tokens=max_tokens, sampler=sampler, stop=stop,
+                                             stop_token_ids=stop_token_ids, logprobs=logprobs))
+            completions = [r.result() for r in requests]
+        finally:
+            for r in requests:
+                r.cancel()
         return completions if batch else completions[0]
 
-    def _generate_with_steps(
+    def submit(
         self,
-        prompts: list[list[int]],
-        max_tokens: int,
-        sampler: Optional[Sampler],
-        stop: Union[str, Sequence[str]],
-        stop_token_ids: Sequence[int],
-        logprobs: Optional[int],
-    ) -> list[Completion]:
-        """Generation with per-step statistics, through :meth:`Session.generate` on one session
-        (whose cached shared prefix each prompt reuses): the same bits as :meth:`_generate`."""
-        needed = max(len(p) for p in prompts) + max(max_tokens, 0)
-        session = self.session(context_length=max(1, min(needed, self.config.context_length)))
-        return [session.generate(p, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                 stop_token_ids=stop_token_ids, logprobs=logprobs) for p in prompts]
+        prompt: Prompt,
+        *,
+        max_tokens: int = 256,
+        sampler: Optional[Sampler] = None,
+        stop: Union[str, Sequence[str]] = (),
+        stop_token_ids: Sequence[int] = (),
+        special: bool = True,
+        logprobs: Optional[int] = None,
+    ) -> Request:
+        """Queues a generation on the model's batch engine and returns at once with its
+        :class:`Request` (iterate it for chunks, or call ``result()``; in asyncio, ``async
+        for`` and ``await request.aresult()``). Safe to call from any thread. The options are
+        :meth:`generate`'s; they are checked here, so a bad request raises at once and alone.
 
-    def _generate(
+        Requests from every thread run together, one forward pass computing a token of every
+        running sequence, and each gives the same bits as if it ran alone.
+        """
+        return self._submit(self._prompt_ids(prompt, special), max_tokens=max_tokens, sampler=sampler, stop=stop,
+                            stop_token_ids=stop_token_ids, logprobs=logprobs)
+
+    def _submit(
         self,
-        prompts: list[list[int]],
+        ids: list[int],
+        *,
         max_tokens: int,
         sampler: Optional[Sampler],
         stop: Union[str, Sequence[str]],
         stop_token_ids: Sequence[int],
-        skip_end_token_text: bool,
-    ) -> list[Completion]:
-        options = _decode_options(max_tokens, sampler, stop, stop_token_ids, skip_end_token_text)
-        results = _core.generate(self._engine, prompts, **options)
-        return [Completion(text, ids, reason, prompt, logprobs)
-                for prompt, (ids, text, reason, logprobs) in zip(prompts, results)]
+        logprobs: Optional[int] = None,
+    ) -> Request:
+        chosen, steps = _step_sampler(sampler, logprobs)
+        core = _core.submit(
+            self._engine, ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
+            stop=_stop_list(stop), steps=steps,
+        )
+        return Request(core, ids, self._dispatcher)
 
     def beam_search(
         self,
@@ -355,19 +368,8 @@ class Model:
         """Like :meth:`generate` for one prompt, but yields :class:`Chunk` s as tokens are
         generated: the text deltas (always whole UTF-8 characters), the token ids, and the
         finish reason on the last chunk. Arguments are checked when this is called."""
-        return self._stream(self._prompt_ids(prompt, special), max_tokens, sampler, stop, stop_token_ids, False)
-
-    def _stream(
-        self,
-        ids: list[int],
-        max_tokens: int,
-        sampler: Optional[Sampler],
-        stop: Union[str, Sequence[str]],
-        stop_token_ids: Sequence[int],
-        skip_end_token_text: bool,
-    ) -> Iterator[Chunk]:
-        options = _decode_options(max_tokens, sampler, stop, stop_token_ids, skip_end_token_text)
-        return _chunks(_core.Stream(self._engine, ids, **options))
+        return _request_chunks(self.submit(prompt, max_tokens=max_tokens, sampler=sampler, stop=stop,
+                                           stop_token_ids=stop_token_ids, special=special))
 
     @property
     def chat_template(self) -> Optional[str]:
@@ -418,8 +420,8 @@ class Model:
         """The assistant's reply to ``messages``: the chat rendered by
         :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
         reply's text leaves out the end-of-turn token."""
-        ids = self._chat_ids(messages, template)
-        return self._generate([ids], max_tokens, sampler, stop, stop_token_ids, True)[0]
+        return self.generate(self._chat_ids(messages, template), max_tokens=max_tokens, sampler=sampler, stop=stop,
+                             stop_token_ids=stop_token_ids)
 
     def chat_stream(
         self,
@@ -432,7 +434,8 @@ class Model:
         stop_token_ids: Sequence[int] = (),
     ) -> Iterator[Chunk]:
         """:meth:`chat`, streamed as :meth:`stream` does."""
-        return self._stream(self._chat_ids(messages, template), max_tokens, sampler, stop, stop_token_ids, True)
+        return self.stream(self._chat_ids(messages, template), max_tokens=max_tokens, sampler=sampler, stop=stop,
+                           stop_token_ids=stop_token_ids)
 
 
 class Session:
@@ -527,15 +530,11 @@ class Session:
 
         The options are :meth:`Model.generate`'s; Ctrl-C stops generation within one token
         and leaves the session usable (holding what was computed)."""
-        alternatives = _alternatives_count(logprobs)
-        stops = _stop_list(stop)
         ids = self._model._prompt_ids(prompt, special)
-        step_sampler = sampler or Sampler.greedy()
-        if alternatives is not None:
-            step_sampler = dataclasses.replace(step_sampler, top_logprobs=alternatives)
+        chosen, with_steps = _step_sampler(sampler, logprobs)
         out_ids, text, reason, lps, steps = self._core.generate(
-            ids, max_tokens=max_tokens, sampler=step_sampler._core, stop_token_ids=list(stop_token_ids),
-            stop=stops, steps=alternatives is not None,
+            ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
+            stop=_stop_list(stop), steps=with_steps,
         )
         infos = [StepInfo._from_core(s) for s in steps]
         return Completion(text, out_ids, reason, ids, lps, infos)

@@ -27,6 +27,9 @@ __all__ = [
     "StateModelMismatchError",
     "ChatTemplateError",
     "ModelDownloadError",
+    "RequestCancelledError",
+    "EngineOverloadedError",
+    "EngineStoppedError",
 ]
 
 
@@ -97,3 +100,16 @@ class ChatTemplateError(ReprolmError, ValueError):
 
 class ModelDownloadError(ReprolmError):
     """The default model could not be fetched or failed its integrity check."""
+
+
+class RequestCancelledError(ReprolmError):
+    """The request was cancelled (:meth:`reprolm.Request.cancel`) before it finished."""
+
+
+class EngineOverloadedError(ReprolmError):
+    """The batch engine's queue of waiting requests is full (``max_queue``); try again later."""
+
+
+class EngineStoppedError(ReprolmError):
+    """The batch engine stopped before the request finished (the model was closed, or an
+    internal failure, which the message describes)."""

@@ -11,10 +11,9 @@ use pyo3::types::PyList;
 use super::errors::IntoPyResult;
 use super::sampling::{count, ids_in_vocab, step_tuple, PySamplerConfig, StepTuple};
 use super::PyEngine;
-use crate::decode::{self, Beam, FinishReason, Generation, LanguageModel};
+use crate::decode::{self, Beam, Generation, LanguageModel, Request, StopConditions};
 use crate::engine::Session;
 use crate::error::{Error, Result};
-use crate::sampling::Sampler;
 
 /// One beam as Python sees it: (ids, log-probability, score, finished).
 type BeamTuple = (Vec<u32>, f64, f64, bool);
@@ -23,11 +22,7 @@ type BeamTuple = (Vec<u32>, f64, f64, bool);
 type GenerationTuple = (Vec<u32>, &'static str, Vec<StepTuple>);
 
 fn generation_tuple(generation: Generation, with_steps: bool) -> GenerationTuple {
-    let reason = match generation.finish_reason {
-        FinishReason::Eos => "eos",
-        FinishReason::StopToken => "stop",
-        FinishReason::Length => "length",
-    };
+    let reason = generation.finish.reason();
     let steps = if with_steps { generation.steps.into_iter().map(step_tuple).collect() } else { Vec::new() };
     (generation.ids, reason, steps)
 }
@@ -36,37 +31,20 @@ fn beam_tuples(beams: Vec<Beam>) -> Vec<BeamTuple> {
     beams.into_iter().map(|b| (b.ids, b.logprob, b.score, b.finished)).collect()
 }
 
-/// The checked arguments shared by both models' `generate`.
-struct GenerateArgs {
-    prompt: Vec<u32>,
-    stop: Vec<u32>,
-    max_tokens: usize,
-    sampler: Sampler,
-}
-
-impl GenerateArgs {
-    fn new(
-        vocab_size: usize,
-        prompt: Vec<i64>,
-        max_tokens: i64,
-        sampler: &PySamplerConfig,
-        stop_token_ids: Vec<i64>,
-    ) -> Result<Self> {
-        let prompt = ids_in_vocab(prompt, vocab_size)?;
-        if prompt.is_empty() {
-            return Err(Error::EmptyPrompt);
-        }
-        Ok(GenerateArgs {
-            prompt,
-            stop: ids_in_vocab(stop_token_ids, vocab_size)?,
-            max_tokens: count("max_tokens", max_tokens)?,
-            sampler: Sampler::new(sampler.config.clone(), vocab_size)?,
-        })
-    }
-
-    fn run(mut self, model: &mut impl LanguageModel) -> Result<Generation> {
-        decode::generate(model, &self.prompt, &mut self.sampler, self.max_tokens, &self.stop)
-    }
+/// The checked arguments of `CallableModel.generate`.
+fn generate_request(
+    vocab_size: usize,
+    prompt: Vec<i64>,
+    max_tokens: i64,
+    sampler: &PySamplerConfig,
+    stop_token_ids: Vec<i64>,
+) -> Result<Request> {
+    let stop = StopConditions {
+        max_tokens: count("max_tokens", max_tokens)?,
+        stop_token_ids: ids_in_vocab(stop_token_ids, vocab_size)?,
+        stop_strings: Vec::new(),
+    };
+    Request::new(ids_in_vocab(prompt, vocab_size)?, sampler.config.clone(), stop, vocab_size)
 }
 
 /// The checked arguments shared by both models' `beam_search`.
@@ -290,8 +268,8 @@ impl PyCallableModel {
         stop_token_ids: Vec<i64>,
         steps: bool,
     ) -> PyResult<GenerationTuple> {
-        let args = GenerateArgs::new(self.vocab_size, prompt_ids, max_tokens, sampler, stop_token_ids).py()?;
-        let generation = self.run(py, |model| args.run(model))?;
+        let request = generate_request(self.vocab_size, prompt_ids, max_tokens, sampler, stop_token_ids).py()?;
+        let generation = self.run(py, |model| decode::generate(model, request))?;
         Ok(generation_tuple(generation, steps))
     }
 

@@ -28,6 +28,9 @@ fn class_name(e: &Error) -> &'static str {
         Error::StateVersion { .. } => "StateVersionError",
         Error::StateModelMismatch(_) => "StateModelMismatchError",
         Error::ChatTemplate(_) => "ChatTemplateError",
+        Error::Cancelled => "RequestCancelledError",
+        Error::QueueFull { .. } => "EngineOverloadedError",
+        Error::EngineStopped(_) => "EngineStoppedError",
     }
 }
 

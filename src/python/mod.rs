@@ -1,20 +1,24 @@
 //! PyO3 bindings: the `reprolm._core` extension module. Thin wrappers only: arguments are
 //! extracted, the GIL is released, and the Rust API does the work.
 
+mod batch;
 mod chat;
 mod decoding;
 mod errors;
 mod quantize;
+mod request;
 mod sampling;
 mod session;
 mod stream;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::batch::{BatchEngine, BatchOptions};
 use crate::engine::{Engine, LoadOptions};
 use crate::error::Error;
 use crate::gguf::GgufFile;
@@ -25,6 +29,29 @@ use errors::IntoPyResult;
 #[pyclass(frozen, name = "Engine", module = "reprolm._core")]
 pub(crate) struct PyEngine {
     pub(crate) engine: Arc<Engine>,
+    batch_options: BatchOptions,
+    /// Started by the first request submitted.
+    batch: OnceLock<BatchEngine>,
+}
+
+impl PyEngine {
+    /// The model's batch engine, started on first use.
+    pub(crate) fn batch(&self) -> PyResult<&BatchEngine> {
+        if let Some(batch) = self.batch.get() {
+            return Ok(batch);
+        }
+        let started = BatchEngine::new(Arc::clone(&self.engine), self.batch_options).py()?;
+        // Another thread may have won the race; its engine is kept and ours stopped.
+        Ok(self.batch.get_or_init(|| started))
+    }
+}
+
+/// A count given from Python (at least 1); the error names the setting.
+fn positive(name: &str, value: i64) -> Result<usize, Error> {
+    usize::try_from(value)
+        .ok()
+        .filter(|&v| v >= 1)
+        .ok_or_else(|| Error::invalid_argument(name, format!("must be at least 1, got {value}")))
 }
 
 /// Model hyper-parameters read from the GGUF metadata.
@@ -79,13 +106,19 @@ pub(crate) fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
 #[pymethods]
 impl PyEngine {
     #[new]
-    #[pyo3(signature = (path, *, threads=None, isa=None, precision=None))]
+    #[pyo3(signature = (path, *, threads=None, isa=None, precision=None, max_concurrent=None, max_queue=None,
+                        max_batch_tokens=None, kv_memory=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
         threads: Option<i64>,
         isa: Option<String>,
         precision: Option<String>,
+        max_concurrent: Option<i64>,
+        max_queue: Option<i64>,
+        max_batch_tokens: Option<i64>,
+        kv_memory: Option<i64>,
     ) -> PyResult<Self> {
         let threads = threads
             .map(|t| usize::try_from(t).map_err(|_| Error::invalid_argument("threads", format!("{t} is not positive"))))
@@ -93,7 +126,51 @@ impl PyEngine {
             .py()?;
         let options = LoadOptions { threads, isa, precision };
         let engine = py.detach(|| Engine::load(&path, &options)).py()?;
-        Ok(PyEngine { engine: Arc::new(engine) })
+        let mut batch_options = BatchOptions::defaults_for(&engine);
+        let set = |slot: &mut usize, name: &str, value: Option<i64>| -> PyResult<()> {
+            if let Some(v) = value {
+                *slot = positive(name, v).py()?;
+            }
+            Ok(())
+        };
+        set(&mut batch_options.max_concurrent, "max_concurrent", max_concurrent)?;
+        set(&mut batch_options.max_queue, "max_queue", max_queue)?;
+        set(&mut batch_options.max_batch_tokens, "max_batch_tokens", max_batch_tokens)?;
+        set(&mut batch_options.kv_memory, "kv_memory", kv_memory)?;
+        if max_batch_tokens.is_none() {
+            batch_options.max_batch_tokens = batch_options.max_batch_tokens.max(batch_options.max_concurrent);
+        }
+        batch_options.validate().py()?;
+        Ok(PyEngine { engine: Arc::new(engine), batch_options, batch: OnceLock::new() })
+    }
+
+    /// The batch engine's limits: (max_concurrent, max_queue or None, max_batch_tokens, kv_memory).
+    #[getter]
+    fn batch_options(&self) -> (usize, Option<usize>, usize, usize) {
+        let o = &self.batch_options;
+        (o.max_concurrent, (o.max_queue != usize::MAX).then_some(o.max_queue), o.max_batch_tokens, o.kv_memory)
+    }
+
+    /// The batch engine's state: (waiting, running, kv_bytes, passes, prompt_tokens,
+    /// generated_tokens); zeros before the first request.
+    fn engine_stats(&self) -> (usize, usize, usize, u64, u64, u64) {
+        let s = self.batch.get().map(BatchEngine::stats).unwrap_or_default();
+        (s.waiting, s.running, s.kv_bytes, s.passes, s.prompt_tokens, s.generated_tokens)
+    }
+
+    /// Bytes of keys and values one position takes in an f32 cache.
+    #[getter]
+    fn kv_bytes_per_position(&self) -> usize {
+        self.engine.kv_bytes_per_position(crate::model::KvDtype::F32)
+    }
+
+    /// Ids of requests with new chunks, waiting up to `timeout` seconds (asyncio dispatcher).
+    fn wait_ready(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<u64>> {
+        let timeout = Duration::try_from_secs_f64(timeout.max(0.0))
+            .map_err(|_| Error::invalid_argument("timeout", format!("{timeout} is not a duration")))
+            .py()?;
+        let batch = self.batch()?;
+        Ok(py.detach(|| batch.wait_ready(timeout)))
     }
 
     #[getter]
@@ -204,6 +281,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PySession>()?;
     sampling::register(m)?;
     stream::register(m)?;
+    batch::register(m)?;
     chat::register(m)?;
     quantize::register(m)?;
     decoding::register(m)?;

@@ -10,11 +10,11 @@ use super::errors::IntoPyResult;
 use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
 use super::stream::{step, PyStream};
 use super::{token_ids, PyEngine};
-use crate::decode::stream::{Generator, StopConditions};
+use super::request::request;
+use crate::decode::stream::Generator;
 use crate::engine::{Session, SessionOptions};
 use crate::error::Error;
 use crate::model::{KvDtype, Overflow};
-use crate::sampling::Sampler;
 
 /// A finished generation: (ids, text, finish reason, ln q per id, per-step statistics or []).
 type Generated = (Vec<u32>, String, &'static str, Vec<f64>, Vec<StepTuple>);
@@ -65,12 +65,8 @@ impl PySession {
         stop: Vec<String>,
     ) -> PyResult<Generator> {
         let engine = self.get(|s| Arc::clone(s.engine()))?;
-        let ids = token_ids(&engine, ids)?;
-        let stop_token_ids = token_ids(&engine, stop_token_ids)?;
-        let max_tokens = non_negative("max_tokens", max_tokens)?;
-        let sampler = Sampler::new(sampler.config.clone(), engine.config().vocab_size).py()?;
-        let stop = StopConditions { max_tokens, stop_token_ids, stop_strings: stop, skip_end_token_text: false };
-        Generator::try_new(self.take()?, &ids, sampler, stop).map_err(|failed| {
+        let request = request(&engine, ids, max_tokens, sampler, stop_token_ids, stop)?;
+        Generator::try_new(self.take()?, request).map_err(|failed| {
             let (e, session) = *failed;
             self.put_back(session);
             e

@@ -15,9 +15,27 @@ def test_greedy_reproduces_reference(model: reprolm.Model, generations: list[dic
         got = model.generate(g["prompt_ids"], max_tokens=len(expected))
         first = next((t for t, (a, b) in enumerate(zip(got.token_ids, expected)) if a != b), None)
         assert got.token_ids == expected, f"prompt {i}: first divergence at token {first}"
-        assert got.text == model.detokenize(expected)
-        eos = model.config.eos_id
-        assert got.finish_reason == ("eos" if expected[-1] == eos else "length")
+        ends_with_eos = expected[-1] == model.config.eos_id
+        # The end-of-sequence token that ends generation adds no text (its id stays).
+        assert got.text == model.detokenize(expected[:-1] if ends_with_eos else expected)
+        assert got.finish_reason == ("eos" if ends_with_eos else "length")
+
+
+def test_the_ending_token_adds_no_text(model: reprolm.Model, generations: list[dict[str, Any]]) -> None:
+    # Issue 17, defect 3: the text (and the stream) used to end with "<|im_end|>".
+    g = next(g for g in generations if g["greedy_ids"][-1] == model.config.eos_id)
+    for got in (model.generate(g["prompt_ids"], max_tokens=64),
+                model.session().generate(g["prompt_ids"], max_tokens=64)):
+        assert got.finish_reason == "eos" and got.token_ids[-1] == model.config.eos_id
+        assert "<|im_end|>" not in got.text and got.text == model.detokenize(got.token_ids[:-1])
+    chunks = list(model.stream(g["prompt_ids"], max_tokens=64))
+    assert chunks[-1].finish_reason == "eos" and chunks[-1].token_ids == [model.config.eos_id]
+    assert chunks[-1].text == "" and "".join(c.text for c in chunks) == got.text
+    # A stop token likewise ends generation without adding its text.
+    stop = g["greedy_ids"][2]
+    stopped = model.generate(g["prompt_ids"], max_tokens=64, stop_token_ids=[stop])
+    assert stopped.finish_reason == "stop" and stopped.token_ids[-1] == stop
+    assert stopped.text == model.detokenize(stopped.token_ids[:-1])
 
 
 def test_text_prompt_parses_special_tokens(model: reprolm.Model, generations: list[dict[str, Any]]) -> None:

@@ -125,7 +125,8 @@ def test_stop_string_in_multibyte_text(model: reprolm.Model) -> None:
 
 def test_stop_token_ids_report_stop(model: reprolm.Model, paris: dict[str, Any]) -> None:
     got = model.generate(paris["prompt_ids"], max_tokens=30, stop_token_ids=[504])
-    assert (got.token_ids, got.text, got.finish_reason) == (paris["greedy_ids"][:5], " Paris.\n\nThe", "stop")
+    # The stop token ("The") ends generation; its id is kept, its text is not.
+    assert (got.token_ids, got.text, got.finish_reason) == (paris["greedy_ids"][:5], " Paris.\n\n", "stop")
     chunks = list(model.stream(paris["prompt_ids"], max_tokens=30, stop_token_ids=[504]))
     assert chunks[-1].finish_reason == "stop" and chunks[-1].token_ids == [504]
 

@@ -1,0 +1,53 @@
+"""The results of generation: :class:`Completion` and :class:`Chunk`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from ._decoding import StepInfo
+
+__all__ = ["Completion", "Chunk", "FinishReason"]
+
+FinishReason = Literal["eos", "length", "stop"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The result of :meth:`Model.generate` and :meth:`Model.chat`."""
+
+    text: str
+    """The generated text (special tokens rendered as text), cut before the first stop string.
+    The end-of-sequence or stop token that ended generation adds no text."""
+    token_ids: list[int]
+    """The generated ids, including the end-of-sequence or stop token that ended generation."""
+    finish_reason: FinishReason
+    """``"eos"`` (end-of-sequence token), ``"stop"`` (a stop token or stop string), or
+    ``"length"`` (max_tokens)."""
+    prompt_token_ids: list[int] = field(repr=False, default_factory=list)
+    """The prompt as token ids."""
+    logprobs: list[float] = field(repr=False, default_factory=list)
+    """ln q(token) for each generated id under the sampler's final distribution q (0.0 when
+    decoding greedily, where q is a point mass)."""
+    steps: list[StepInfo] = field(repr=False, default_factory=list)
+    """Per-step statistics, one per generated token, when requested with ``logprobs=N``
+    (else empty)."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a streamed generation (:meth:`Model.stream`): usually one token.
+
+    ``text`` is always valid UTF-8 and may be empty: a character split across tokens is
+    emitted once complete, and text that may be the start of a stop string is held back until
+    that is decided. Joined, the texts of all chunks are the :class:`Completion` text.
+    """
+
+    text: str
+    """The text that became final with this chunk."""
+    token_ids: list[int]
+    """The ids generated in this chunk (one, or none in the final chunk of ``max_tokens=0``)."""
+    finish_reason: Optional[FinishReason]
+    """Set on the last chunk only."""
+    logprobs: list[float] = field(repr=False, default_factory=list)
+    """ln q(token) for each id of the chunk, as in :attr:`Completion.logprobs`."""

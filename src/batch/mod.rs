@@ -1,0 +1,248 @@
+//! The batch engine: continuous batching of many generation requests on one model, with
+//! results that do not depend on the batch.
+//!
+//! Callers [`BatchEngine::submit`] validated [`Request`]s from any thread and read each one's
+//! events from its [`RequestHandle`]. One engine thread runs the [scheduler](scheduler): between
+//! forward passes it admits waiting requests (first come, first served) while the running
+//! sequences and their KV caches fit the limits, drops finished and cancelled ones (freeing
+//! their caches at once), and builds the next pass from one decode row per running sequence
+//! plus chunks of the admitted prompts under a token budget. Each pass reads the weights once
+//! for all its rows ([`Llama::forward_batch`](crate::model::Llama::forward_batch)), and each
+//! sequence's [`SequenceDecoder`](crate::decode::SequenceDecoder) picks its next token from its
+//! own logits row.
+//!
+//! **Batch invariance.** A row's logits have the same bits whatever else is in the pass (the
+//! kernels give every row one op sequence, attention reads only the row's own cache), a
+//! prompt's split into chunks does not change them (theorem 7.2), and a sequence's sampler draws
+//! `uniform(seed, t)` from its own counter. So a request's tokens, log-probabilities and finish
+//! reason are those of the same request run alone, on any thread count.
+//!
+//! **Memory.** Each admitted sequence gets its own KV cache sized for its prompt plus
+//! `max_tokens`, reserved against `kv_memory` before it runs, so a running sequence never runs
+//! out of room and the total never exceeds the limit; a request that could never fit is
+//! refused when submitted, the others wait for room.
+
+mod handle;
+mod scheduler;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+pub use handle::{Event, Poll, RequestHandle};
+
+use crate::decode::Request;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::model::KvDtype;
+use handle::Channel;
+
+/// Limits of a [`BatchEngine`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Sequences running at once (each adds one row to every decode pass).
+    pub max_concurrent: usize,
+    /// Requests waiting for admission; a submission beyond it fails with
+    /// [`Error::QueueFull`]. `usize::MAX`: no limit.
+    pub max_queue: usize,
+    /// Rows (tokens) of one forward pass: one per running sequence plus prompt chunks.
+    pub max_batch_tokens: usize,
+    /// Bytes of KV cache all running sequences may hold together.
+    pub kv_memory: usize,
+    /// The number type of the caches.
+    pub kv_dtype: KvDtype,
+}
+
+impl BatchOptions {
+    /// The defaults for `engine`: 64 sequences, no queue limit, 512 rows per pass, and f32
+    /// caches taking at most a quarter of the memory available now.
+    pub fn defaults_for(engine: &Engine) -> BatchOptions {
+        let quarter = crate::engine::available_memory().map_or(1 << 30, |m| m / 4);
+        BatchOptions {
+            max_concurrent: 64,
+            max_queue: usize::MAX,
+            max_batch_tokens: 512,
+            kv_memory: quarter.max(engine.kv_bytes_per_position(KvDtype::F32)),
+            kv_dtype: KvDtype::F32,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.max_concurrent == 0 {
+            return Err(Error::invalid_argument("max_concurrent", "must be at least 1"));
+        }
+        if self.max_batch_tokens < self.max_concurrent {
+            return Err(Error::invalid_argument(
+                "max_batch_tokens",
+                format!("must be at least max_concurrent ({}), got {}", self.max_concurrent, self.max_batch_tokens),
+            ));
+        }
+        if self.kv_memory == 0 {
+            return Err(Error::invalid_argument("kv_memory", "must be at least 1 byte"));
+        }
+        Ok(())
+    }
+}
+
+/// What the engine is doing, as of its last scheduling step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Requests waiting for admission.
+    pub waiting: usize,
+    /// Sequences running (admitted, not finished).
+    pub running: usize,
+    /// Bytes of KV cache reserved by the running sequences.
+    pub kv_bytes: usize,
+    /// Forward passes run so far.
+    pub passes: u64,
+    /// Prompt tokens computed so far.
+    pub prompt_tokens: u64,
+    /// Tokens generated so far.
+    pub generated_tokens: u64,
+}
+
+/// A submitted request on its way to the engine thread.
+struct Submission {
+    request: Request,
+    channel: Arc<Channel>,
+}
+
+#[derive(Default)]
+struct Inbox {
+    /// Submitted, not yet seen by the engine thread.
+    submitted: VecDeque<Submission>,
+    /// As published by the engine thread.
+    stats: EngineStats,
+    /// Ids of watched requests with new events, for [`BatchEngine::wait_ready`].
+    ready: Vec<u64>,
+    shutdown: bool,
+}
+
+/// What the engine thread sleeps on, and what wakes it: submissions, cancellations, shutdown.
+pub(crate) struct Wakeup {
+    inbox: Mutex<Inbox>,
+    /// The engine thread waits here for work.
+    work: Condvar,
+    /// [`BatchEngine::wait_ready`] waits here for events.
+    events: Condvar,
+}
+
+impl Wakeup {
+    fn lock(&self) -> MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake(&self) {
+        let _inbox = self.lock();
+        self.work.notify_all();
+    }
+
+    fn event_ready(&self, id: u64) {
+        self.lock().ready.push(id);
+        self.events.notify_all();
+    }
+}
+
+/// Continuous batching over one model (see the [module docs](self)). Dropping it stops the
+/// engine thread; requests still running end with [`Error::EngineStopped`].
+pub struct BatchEngine {
+    engine: Arc<Engine>,
+    options: BatchOptions,
+    wakeup: Arc<Wakeup>,
+    next_id: AtomicU64,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BatchEngine {
+    /// Starts the engine thread.
+    pub fn new(engine: Arc<Engine>, options: BatchOptions) -> Result<BatchEngine> {
+        options.validate()?;
+        let wakeup =
+            Arc::new(Wakeup { inbox: Mutex::new(Inbox::default()), work: Condvar::new(), events: Condvar::new() });
+        let thread = {
+            let (engine, wakeup) = (Arc::clone(&engine), Arc::clone(&wakeup));
+            std::thread::Builder::new()
+                .name("reprolm-batch".into())
+                .spawn(move || scheduler::run(&engine, options, &wakeup))
+                .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?
+        };
+        Ok(BatchEngine { engine, options, wakeup, next_id: AtomicU64::new(1), thread: Some(thread) })
+    }
+
+    pub fn options(&self) -> &BatchOptions {
+        &self.options
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Queues `request` and returns its handle.
+    ///
+    /// # Errors
+    /// Checked here, so a bad request fails alone and at once: [`Error::InvalidArgument`] for a
+    /// request built for another vocabulary, [`Error::ContextOverflow`] when the prompt plus
+    /// `max_tokens` exceed the model's context or the whole `kv_memory`, and
+    /// [`Error::QueueFull`] when `max_queue` requests are already waiting.
+    pub fn submit(&self, request: Request) -> Result<RequestHandle> {
+        let vocab_size = self.engine.config().vocab_size;
+        if request.sampler.vocab_size() != vocab_size {
+            return Err(Error::invalid_argument(
+                "sampler",
+                format!("built for {} tokens but the model has {vocab_size}", request.sampler.vocab_size()),
+            ));
+        }
+        let needed = request.positions_needed();
+        let per_position = self.engine.kv_bytes_per_position(self.options.kv_dtype);
+        let allowed = self.engine.config().context_length.min(self.options.kv_memory / per_position);
+        if needed > allowed {
+            return Err(Error::ContextOverflow { requested: needed, allowed });
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let channel = Channel::new(id, Arc::downgrade(&self.wakeup));
+        {
+            let mut inbox = self.wakeup.lock();
+            if inbox.shutdown {
+                return Err(Error::EngineStopped("the engine is shutting down".into()));
+            }
+            let waiting = inbox.stats.waiting + inbox.submitted.len();
+            if waiting >= self.options.max_queue {
+                return Err(Error::QueueFull { waiting });
+            }
+            inbox.submitted.push_back(Submission { request, channel: Arc::clone(&channel) });
+        }
+        self.wakeup.work.notify_all();
+        Ok(RequestHandle::new(channel))
+    }
+
+    /// What the engine is doing (as of its last scheduling step).
+    pub fn stats(&self) -> EngineStats {
+        self.wakeup.lock().stats
+    }
+
+    /// Ids of watched requests ([`RequestHandle::watch`]) that produced events since the last
+    /// call, waiting up to `timeout` for one (for an async dispatcher: one thread waits here
+    /// and wakes the tasks whose requests have events).
+    pub fn wait_ready(&self, timeout: std::time::Duration) -> Vec<u64> {
+        let mut inbox = self.wakeup.lock();
+        if inbox.ready.is_empty() && !inbox.shutdown {
+            inbox = self.wakeup.events.wait_timeout(inbox, timeout).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        std::mem::take(&mut inbox.ready)
+    }
+}
+
+impl Drop for BatchEngine {
+    fn drop(&mut self) {
+        {
+            let mut inbox = self.wakeup.lock();
+            inbox.shutdown = true;
+            self.wakeup.work.notify_all();
+            self.wakeup.events.notify_all();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

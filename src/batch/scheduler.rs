@@ -1,0 +1,254 @@
+//! The engine thread: admission, pass building, the batched forward pass and token selection.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use super::handle::{Channel, Event};
+use super::{BatchOptions, EngineStats, Submission, Wakeup};
+use crate::decode::{SequenceDecoder, Step};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::model::{KvCache, KvCacheOptions, LogitRows, Overflow, Scratch, SeqInput};
+
+/// An admitted request: its decoder and its own KV cache.
+struct Running {
+    channel: Arc<Channel>,
+    seq: SequenceDecoder,
+    cache: KvCache,
+    /// Bytes of `kv_memory` reserved for the cache.
+    reserved: usize,
+}
+
+impl Running {
+    /// Context tokens not yet in the cache: the rest of the prompt, or the last sampled token.
+    fn pending(&self) -> &[u32] {
+        &self.seq.context()[self.cache.len()..]
+    }
+
+    /// Whether the whole prompt has been through a pass (each pass now adds one token).
+    fn decoding(&self) -> bool {
+        self.cache.len() >= self.seq.n_prompt()
+    }
+}
+
+/// The scheduler's state, owned by the engine thread.
+struct Scheduler<'a> {
+    engine: &'a Engine,
+    options: BatchOptions,
+    /// Submitted, not yet admitted, in arrival order.
+    waiting: VecDeque<Submission>,
+    /// Admitted, in admission order.
+    running: Vec<Running>,
+    /// Bytes of `kv_memory` reserved by `running`.
+    reserved: usize,
+    scratch: Scratch,
+    /// Running totals (passes, tokens) for [`EngineStats`].
+    totals: EngineStats,
+}
+
+/// The engine thread's loop: runs until the engine is dropped.
+pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) {
+    let mut s = Scheduler {
+        engine,
+        options,
+        waiting: VecDeque::new(),
+        running: Vec::new(),
+        reserved: 0,
+        scratch: Scratch::default(),
+        totals: EngineStats::default(),
+    };
+    loop {
+        {
+            let mut inbox = wakeup.lock();
+            loop {
+                s.waiting.extend(inbox.submitted.drain(..));
+                if inbox.shutdown {
+                    drop(inbox);
+                    s.fail_all(|| Error::EngineStopped("the model was closed".into()));
+                    return;
+                }
+                s.drop_cancelled();
+                inbox.stats = s.stats();
+                if !s.running.is_empty() || !s.waiting.is_empty() {
+                    break;
+                }
+                inbox = wakeup.work.wait(inbox).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        s.admit();
+        wakeup.lock().stats = s.stats();
+        if s.running.is_empty() {
+            continue;
+        }
+        // A bug must not leave callers waiting forever: a panic fails the pass's requests.
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| s.pass())) {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|m| m.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            s.scratch = Scratch::default();
+            s.fail_running(|| Error::EngineStopped(format!("internal error: {message}")));
+        }
+        wakeup.lock().stats = s.stats();
+    }
+}
+
+impl Scheduler<'_> {
+    fn stats(&self) -> EngineStats {
+        EngineStats { waiting: self.waiting.len(), running: self.running.len(), kv_bytes: self.reserved, ..self.totals }
+    }
+
+    /// Drops cancelled requests, waiting or running (their caches are freed here).
+    fn drop_cancelled(&mut self) {
+        self.waiting.retain(|w| !w.channel.is_cancelled());
+        let mut freed = 0;
+        self.running.retain(|r| {
+            let keep = !r.channel.is_cancelled();
+            if !keep {
+                freed += r.reserved;
+            }
+            keep
+        });
+        self.reserved -= freed;
+    }
+
+    /// Admits waiting requests in arrival order while the running sequences and their
+    /// reserved caches fit the limits (the first that does not fit waits, and so do those
+    /// behind it).
+    fn admit(&mut self) {
+        let per_position = self.engine.kv_bytes_per_position(self.options.kv_dtype);
+        while self.running.len() < self.options.max_concurrent {
+            let Some(next) = self.waiting.front() else { break };
+            if next.channel.is_cancelled() {
+                self.waiting.pop_front();
+                continue;
+            }
+            let capacity = next.request.positions_needed().max(1);
+            let bytes = capacity * per_position;
+            if self.reserved + bytes > self.options.kv_memory {
+                break;
+            }
+            let Submission { request, channel } = self.waiting.pop_front().expect("checked above");
+            let options = KvCacheOptions { capacity, dtype: self.options.kv_dtype, overflow: Overflow::Error };
+            match KvCache::with_options(self.engine.config(), &options) {
+                Ok(cache) => {
+                    let seq = SequenceDecoder::new(request, self.engine.config().eos_id);
+                    if let Some(finish) = seq.finish() {
+                        channel.push(Event::Finished(finish));
+                        continue;
+                    }
+                    self.reserved += bytes;
+                    self.running.push(Running { channel, seq, cache, reserved: bytes });
+                }
+                Err(e) => channel.push(Event::Error(e)),
+            }
+        }
+    }
+
+    /// One forward pass and one token for every sequence whose prompt it completes.
+    fn pass(&mut self) {
+        // Rows: one per decoding sequence, then prompt chunks in admission order.
+        let mut budget = self.options.max_batch_tokens;
+        let mut take = vec![0usize; self.running.len()];
+        for (i, r) in self.running.iter().enumerate() {
+            if r.decoding() {
+                take[i] = r.pending().len();
+                budget -= take[i];
+            }
+        }
+        for (i, r) in self.running.iter().enumerate() {
+            if !r.decoding() && budget > 0 {
+                take[i] = r.pending().len().min(budget);
+                budget -= take[i];
+            }
+        }
+        self.totals.passes += 1;
+        self.totals.prompt_tokens +=
+            self.running.iter().zip(&take).filter(|(r, _)| !r.decoding()).map(|(_, &n)| n as u64).sum::<u64>();
+        let sampled: Vec<usize> =
+            (0..self.running.len()).filter(|&i| take[i] > 0 && take[i] == self.running[i].pending().len()).collect();
+
+        let result = {
+            let mut inputs: Vec<SeqInput<'_>> = Vec::new();
+            for (r, &n) in self.running.iter_mut().zip(&take) {
+                if n > 0 {
+                    let start = r.cache.len();
+                    let logits = if n == r.seq.context().len() - start { LogitRows::Last } else { LogitRows::None };
+                    inputs.push(SeqInput { cache: &mut r.cache, tokens: &r.seq.context()[start..start + n], logits });
+                }
+            }
+            self.engine.llama.forward_batch(self.engine.pool(), &mut self.scratch, &mut inputs)
+        };
+        if let Err(e) = result {
+            // Requests were checked when submitted, so this is not one request's fault.
+            let message = e.to_string();
+            self.fail_running(|| Error::EngineStopped(format!("a forward pass failed: {message}")));
+            return;
+        }
+        let steps = self.select(&sampled);
+        self.totals.generated_tokens += steps.iter().filter(|s| s.is_ok()).count() as u64;
+        let mut finished = vec![false; self.running.len()];
+        for (&i, step) in sampled.iter().zip(steps) {
+            let r = &self.running[i];
+            finished[i] = match step {
+                Ok(step) => {
+                    let last = step.finish.is_some();
+                    r.channel.push(Event::Token(step));
+                    last
+                }
+                Err(e) => {
+                    r.channel.push(Event::Error(e));
+                    true
+                }
+            };
+        }
+        let mut freed = 0;
+        let mut i = 0;
+        self.running.retain(|r| {
+            let keep = !finished[i];
+            i += 1;
+            if !keep {
+                freed += r.reserved;
+            }
+            keep
+        });
+        self.reserved -= freed;
+    }
+
+    /// Lets each sampled sequence choose its token from its logits row (rows in the order of
+    /// `sampled`), in parallel: each decoder is independent and sees only its own row.
+    fn select(&mut self, sampled: &[usize]) -> Vec<Result<Step>> {
+        let vocab = self.engine.config().vocab_size;
+        let tokenizer = &self.engine.tokenizer;
+        let logits = &self.scratch.logits;
+        let mut slots: Vec<Option<&mut Running>> = self.running.iter_mut().map(Some).collect();
+        let work: Vec<Mutex<(&mut SequenceDecoder, Option<Result<Step>>)>> =
+            sampled.iter().map(|&i| Mutex::new((&mut slots[i].take().expect("distinct").seq, None))).collect();
+        self.engine.pool().run(work.len(), |j| {
+            let mut slot = work[j].lock().unwrap_or_else(|e| e.into_inner());
+            let row = &logits[j * vocab..(j + 1) * vocab];
+            slot.1 = Some(slot.0.accept(row, Some(tokenizer)));
+        });
+        work.into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).1.expect("every slot ran"))
+            .collect()
+    }
+
+    /// Ends every running request with an error and frees their caches.
+    fn fail_running(&mut self, error: impl Fn() -> Error) {
+        for r in self.running.drain(..) {
+            r.channel.push(Event::Error(error()));
+        }
+        self.reserved = 0;
+    }
+
+    /// Ends every request, running or waiting, with an error.
+    fn fail_all(&mut self, error: impl Fn() -> Error) {
+        self.fail_running(&error);
+        for w in self.waiting.drain(..) {
+            w.channel.push(Event::Error(error()));
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Bindings for the batch engine: `submit` queues a request on the model's engine thread and
+//! returns a `Request` whose chunks are read as they come (GIL released while waiting, Ctrl-C
+//! checked every 50 ms), and `Engine.wait_ready` serves an asyncio dispatcher.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+use super::errors::IntoPyResult;
+use super::request::request;
+use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
+use super::PyEngine;
+use crate::batch::{Event, Poll, RequestHandle};
+
+/// One chunk: (text delta, token ids, finish reason on the last chunk, ln q per id, the step's
+/// statistics when the request asked for alternatives).
+pub(super) type ChunkTuple = (String, Vec<u32>, Option<&'static str>, Vec<f64>, Option<StepTuple>);
+
+/// How long a blocked reader waits before giving pending signals (Ctrl-C) their chance.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+fn chunk(event: Event, with_steps: bool) -> PyResult<ChunkTuple> {
+    match event {
+        Event::Token(step) => {
+            let (token, logprob) = (step.selection.token, step.selection.logprob);
+            let stats = with_steps.then(|| step_tuple(step.selection));
+            Ok((step.text, vec![token], step.finish.map(|f| f.reason()), vec![logprob], stats))
+        }
+        Event::Finished(finish) => Ok((String::new(), Vec::new(), Some(finish.reason()), Vec::new(), None)),
+        Event::Error(e) => Err(e).py(),
+    }
+}
+
+/// A request running on the model's batch engine (see `reprolm.Request`).
+#[pyclass(frozen, name = "Request", module = "reprolm._core")]
+pub struct PyRequest {
+    handle: RequestHandle,
+    with_steps: bool,
+}
+
+#[pymethods]
+impl PyRequest {
+    /// Unique among the requests of one model.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.handle.id()
+    }
+
+    /// Whether the last chunk (or the error) has been produced.
+    #[getter]
+    fn finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// The next chunk, waiting for it with the GIL released; `None` after the last one.
+    /// A pending KeyboardInterrupt is raised while waiting (the request keeps running).
+    fn next(&self, py: Python<'_>) -> PyResult<Option<ChunkTuple>> {
+        loop {
+            match py.detach(|| self.handle.next_event(Some(SIGNAL_CHECK))) {
+                Poll::Event(event) => return chunk(event, self.with_steps).map(Some),
+                Poll::Done => return Ok(None),
+                Poll::Pending => py.check_signals()?,
+            }
+        }
+    }
+
+    /// The next chunk if one is ready: `(True, chunk)`, `(True, None)` after the last one,
+    /// `(False, None)` when it has yet to come.
+    fn try_next(&self) -> PyResult<(bool, Option<ChunkTuple>)> {
+        match self.handle.next_event(Some(Duration::ZERO)) {
+            Poll::Event(event) => Ok((true, Some(chunk(event, self.with_steps)?))),
+            Poll::Done => Ok((true, None)),
+            Poll::Pending => Ok((false, None)),
+        }
+    }
+
+    /// Announce this request's chunks to `Engine.wait_ready` (asyncio dispatcher).
+    fn watch(&self) {
+        self.handle.watch();
+    }
+
+    /// Stops the request; its cache is freed before the engine's next pass. Reading it then
+    /// raises `RequestCancelledError` (unless it had already finished).
+    fn cancel(&self) {
+        self.handle.cancel();
+    }
+}
+
+/// Queues a generation request on `engine`'s batch engine (started on first use).
+#[pyfunction]
+#[pyo3(signature = (engine, ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false))]
+#[allow(clippy::too_many_arguments)]
+fn submit(
+    py: Python<'_>,
+    engine: &PyEngine,
+    ids: Vec<i64>,
+    max_tokens: i64,
+    sampler: &PySamplerConfig,
+    stop_token_ids: Vec<i64>,
+    stop: Vec<String>,
+    steps: bool,
+) -> PyResult<PyRequest> {
+    let request = request(&engine.engine, ids, max_tokens, sampler, stop_token_ids, stop)?;
+    let batch = engine.batch()?;
+    let handle = py.detach(|| batch.submit(request)).py()?;
+    Ok(PyRequest { handle, with_steps: steps })
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyRequest>()?;
+    m.add_function(wrap_pyfunction!(submit, m)?)?;
+    Ok(())
+}
