@@ -1,0 +1,162 @@
+"""Aggregate throughput of reprolm's batch engine against llama.cpp's batched decoding.
+
+    python benches/batch_throughput.py [--model PATH] [--threads 2] [--concurrency 1 4 16 64]
+                                       [--precision float32 int8] [--llamacpp-bin DIR]
+
+For each concurrency N, N requests with different 128-token prompts are submitted at once
+and each generates 128 tokens (the end-of-sequence token is banned, so every request runs to
+its length), greedy and sampled (temperature 0.8, top-p 0.95, a seed per request). Reported:
+
+- total tok/s: N x 128 generated tokens over the wall time from submission to the last token
+  (prompt processing included);
+- decode tok/s: tokens generated after every request had its first token, over that window
+  (pure batched decoding, comparable to llama-batched-bench's S_TG);
+- TTFT p50 / p99 (ms) over the requests, and inter-token latency p50 / p99 (ms) over every
+  gap between consecutive tokens of a request.
+
+llama.cpp: ``llama-batched-bench`` (built by ``../shared/tools/llamacpp-tools.sh``) on the same
+file with ``-npp 128 -ntg 128 -npl N`` and the same thread count: its S_TG (batched decode of N
+sequences, tokens/s) and S (prompt processing and decoding together, all tokens/s) per N. It
+decodes without sampling, so compare its S_TG with reprolm's decode tok/s.
+
+Each reprolm measurement runs after a warm-up run at the same concurrency, in the same process
+(one model per precision). Name the CPU with the numbers: the script prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+PROMPT_TOKENS = 128
+NEW_TOKENS = 128
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def prompts(n: int, vocab: int) -> list[list[int]]:
+    """n different deterministic prompts of ordinary tokens."""
+    return [[100 + (i * 7919 + j * 104729) % (vocab - 200) for j in range(PROMPT_TOKENS)] for i in range(n)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def run_reprolm(model: "reprolm.Model", n: int, sampled: bool) -> dict[str, float]:
+    import reprolm
+
+    eos = model.config.eos_id
+    banned = [eos] if eos is not None else []
+    times: list[list[float]] = [[] for _ in range(n)]
+    submitted: list[float] = [0.0] * n
+
+    def read(i: int, request: reprolm.Request) -> None:
+        for _ in request:
+            times[i].append(time.perf_counter())
+
+    readers = []
+    start = time.perf_counter()
+    for i, ids in enumerate(prompts(n, model.config.vocab_size)):
+        sampler = (reprolm.Sampler(temperature=0.8, top_p=0.95, seed=i, banned_token_ids=banned) if sampled
+                   else reprolm.Sampler(temperature=0.0, banned_token_ids=banned))
+        submitted[i] = time.perf_counter()
+        request = model.submit(ids, max_tokens=NEW_TOKENS, sampler=sampler)
+        reader = threading.Thread(target=read, args=(i, request))
+        reader.start()
+        readers.append(reader)
+    for reader in readers:
+        reader.join()
+    end = max(t[-1] for t in times)
+    assert all(len(t) == NEW_TOKENS for t in times)
+    all_started = max(t[0] for t in times)
+    after = sum(1 for t in times for x in t if x > all_started)
+    gaps = [b - a for t in times for a, b in zip(t, t[1:])]
+    ttft = [t[0] - s for t, s in zip(times, submitted)]
+    return {
+        "total": n * NEW_TOKENS / (end - start),
+        "decode": after / (end - all_started) if end > all_started else float("nan"),
+        "ttft50": percentile(ttft, 0.5) * 1e3,
+        "ttft99": percentile(ttft, 0.99) * 1e3,
+        "itl50": percentile(gaps, 0.5) * 1e3 if gaps else float("nan"),
+        "itl99": percentile(gaps, 0.99) * 1e3 if gaps else float("nan"),
+    }
+
+
+def run_llamacpp(bin_dir: Path, model_path: str, threads: int, concurrency: list[int]) -> dict[int, dict[str, float]]:
+    exe = bin_dir / "llama-batched-bench"
+    ctx = max(concurrency) * (PROMPT_TOKENS + NEW_TOKENS) + 64
+    cmd = [str(exe), "-m", model_path, "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(PROMPT_TOKENS),
+           "-ntg", str(NEW_TOKENS), "-npl", ",".join(map(str, concurrency)), "-t", str(threads), "-tb", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rows: dict[int, dict[str, float]] = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 10 and re.fullmatch(r"\d+", cells[0]):
+            pp, tg, b = int(cells[0]), int(cells[1]), int(cells[2])
+            if pp == PROMPT_TOKENS and tg == NEW_TOKENS:
+                rows[b] = {"s_pp": float(cells[5]), "s_tg": float(cells[7]), "s": float(cells[9])}
+    return rows
+
+
+def main() -> None:
+    import reprolm
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--precision", nargs="+", default=["float32", "int8"])
+    parser.add_argument("--llamacpp-bin", default=str(Path.home() / ".cache/llamacpp-tools/bin"))
+    args = parser.parse_args()
+    model_path = args.model or str(reprolm.default_model_path())
+    print(f"{cpu_name()}, {os.cpu_count()} cores; {args.threads} threads; {Path(model_path).name}; "
+          f"{PROMPT_TOKENS}-token prompts, {NEW_TOKENS} new tokens each")
+
+    llama: Optional[dict[int, dict[str, float]]] = None
+    if (Path(args.llamacpp_bin) / "llama-batched-bench").exists():
+        llama = run_llamacpp(Path(args.llamacpp_bin), model_path, args.threads, args.concurrency)
+    else:
+        print(f"(no llama-batched-bench in {args.llamacpp_bin}: llama.cpp columns left out)")
+
+    for precision in args.precision:
+        model = reprolm.Model.load(model_path, threads=args.threads, precision=precision,
+                                   max_concurrent=max(args.concurrency))
+        single = None
+        print(f"\nreprolm precision={precision}")
+        print("  N  sampler   total tok/s  decode tok/s  x single  ttft p50/p99 ms   itl p50/p99 ms"
+              + ("   llama.cpp S_TG    S   decode ratio" if llama else ""))
+        for n in args.concurrency:
+            for sampled in (False, True):
+                run_reprolm(model, n, sampled)  # warm-up
+                r = run_reprolm(model, n, sampled)
+                if n == 1 and not sampled:
+                    single = r["decode"]
+                line = (f"{n:3d}  {'sampled' if sampled else 'greedy ':8s} {r['total']:11.1f}  {r['decode']:12.1f}"
+                        f"  {r['decode'] / single if single else float('nan'):7.2f}x"
+                        f"  {r['ttft50']:7.1f}/{r['ttft99']:<7.1f}  {r['itl50']:6.2f}/{r['itl99']:<6.2f}")
+                if llama and n in llama:
+                    lr = llama[n]
+                    line += f"   {lr['s_tg']:13.1f} {lr['s']:6.1f}   {r['decode'] / lr['s_tg']:5.2f}x"
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
