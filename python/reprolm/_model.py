@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from . import _args, _core
 from ._decoding import Beam, StepInfo, _alternatives_count
-from ._download import default_model_path
+from ._download import fetch_default_model
 from .errors import InvalidArgumentError
 from .sampling import Sampler
 
@@ -143,8 +143,9 @@ class Model:
     @classmethod
     def default(cls, *, threads: Optional[int] = None, isa: Optional[str] = None,
                 precision: Precision = "float32") -> "Model":
-        """Loads SmolLM2-135M-Instruct (Q4_1), fetching it into the cache on first use."""
-        return cls.load(default_model_path(), threads=threads, isa=isa, precision=precision)
+        """Loads SmolLM2-135M-Instruct (Q4_1), fetching it into the cache on first use (with
+        progress bars on stderr if it is a terminal)."""
+        return cls.load(fetch_default_model(), threads=threads, isa=isa, precision=precision)
 
     @property
     def config(self) -> _core.ModelConfig:
