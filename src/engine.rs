@@ -292,7 +292,7 @@ impl Session {
     }
 
     /// Appends `ids` and returns the logits after each of them: [ids.len()][vocab_size].
-    pub(crate) fn feed_all(&mut self, ids: &[u32]) -> Result<&[f32]> {
+    pub fn feed_all(&mut self, ids: &[u32]) -> Result<&[f32]> {
         self.forward(ids, LogitRows::All)?;
         Ok(&self.scratch.logits)
     }

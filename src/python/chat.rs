@@ -93,7 +93,8 @@ fn apply_chat_template(
         // Templates index both keys; a missing one would surface as an opaque render error.
         // An assistant message that calls tools may give 'tool_calls' instead of 'content'.
         for key in ["role", "content"] {
-            if !message.contains(key)? && !(key == "content" && message.contains("tool_calls")?) {
+            let given = message.contains(key)? || (key == "content" && message.contains("tool_calls")?);
+            if !given {
                 return Err(Error::invalid_argument(format!("messages[{i}]"), format!("has no '{key}'"))).py();
             }
         }
