@@ -293,6 +293,12 @@ impl Session {
         }
         Ok(())
     }
+
+    /// Appends `ids` and returns the logits after each of them: [ids.len()][vocab_size].
+    pub fn feed_all(&mut self, ids: &[u32]) -> Result<&[f32]> {
+        self.forward(ids, LogitRows::All)?;
+        Ok(&self.scratch.logits)
+    }
 }
 
 impl decode::LanguageModel for Session {

@@ -11,9 +11,9 @@ from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, c
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _args, _core
 from ._decoding import Beam, StepInfo, _alternatives_count
-from ._download import default_model_path
+from ._download import fetch_default_model
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
 from .sampling import Sampler
@@ -133,9 +133,9 @@ class Model:
 
     @classmethod
     def default(cls, **options: Any) -> "Model":
-        """Loads SmolLM2-135M-Instruct (Q4_1), fetching it into the cache on first use; the
-        options are :meth:`load`'s."""
-        return cls.load(default_model_path(), **options)
+        """Loads SmolLM2-135M-Instruct (Q4_1), fetching it into the cache on first use (with
+        progress bars on stderr if it is a terminal); the options are :meth:`load`'s."""
+        return cls.load(fetch_default_model(), **options)
 
     @property
     def config(self) -> _core.ModelConfig:
@@ -176,19 +176,22 @@ class Model:
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         """Token ids of ``text``. With ``special=True``, special-token strings such as
         ``<|im_start|>`` become their single ids; otherwise they are tokenized as text."""
+        _args.text(text, "text")
         return self._engine.tokenize(text, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """The text of ``ids``: their bytes joined, then decoded as UTF-8."""
-        return self._engine.detokenize(list(ids))
+        return self._engine.detokenize(_args.token_ids(ids, "ids", self.config.vocab_size))
 
     def token_bytes(self, token_id: int) -> bytes:
         """The raw bytes of one token (possibly part of a UTF-8 character)."""
-        return self._engine.token_bytes(token_id)
+        return self._engine.token_bytes(_args.token_id(token_id, "token_id", self.config.vocab_size))
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
-        """Logits at every position of one fresh forward pass, shape ``(len(ids), vocab_size)``."""
-        return self._engine.logits(list(ids))
+        """Logits at every position of one fresh forward pass, shape ``(len(ids), vocab_size)``.
+        The GIL is released while it computes; Ctrl-C (KeyboardInterrupt) stops it within a
+        block of 256 tokens."""
+        return self._engine.logits(_args.token_ids(ids, "ids", self.config.vocab_size))
 
     def session(
         self,
@@ -278,6 +281,7 @@ class Model:
         log-probability, the entropy and removed mass of the distribution it was drawn from,
         and the N most probable alternatives (see :class:`StepInfo`).
         """
+        _args.prompt(prompt, "prompt", self.config.vocab_size, batch=True)
         batch = _is_batch(prompt)
         prompts = ([self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)] if batch
                    else [self._prompt_ids(cast(Prompt, prompt), special)])
@@ -311,6 +315,7 @@ class Model:
         Requests from every thread run together, one forward pass computing a token of every
         running sequence, and each gives the same bits as if it ran alone.
         """
+        _args.prompt(prompt, "prompt", self.config.vocab_size)
         return self._submit(self._prompt_ids(prompt, special), max_tokens=max_tokens, sampler=sampler, stop=stop,
                             stop_token_ids=stop_token_ids, logprobs=logprobs)
 
@@ -349,6 +354,7 @@ class Model:
         among the first ``beam_width`` candidates, as in transformers. Width 1 is greedy
         decoding.
         """
+        _args.prompt(prompt, "prompt", self.config.vocab_size)
         ids = self._prompt_ids(prompt, special)
         beams = _core.engine_beam_search(
             self._engine, ids, beam_width=beam_width, max_tokens=max_tokens, length_penalty=float(length_penalty)
@@ -392,8 +398,11 @@ class Model:
         ``eos_token`` and ``variables`` (such as ``tools=[...]``); values must be dicts,
         lists, strings, numbers, booleans or None. Raises :class:`reprolm.ChatTemplateError`
         if the model has no template and none is given, or if the template fails (including
-        its own ``raise_exception``).
+        its own ``raise_exception``). Messages that are not dicts, or lack ``role`` or
+        ``content`` (an assistant message may give ``tool_calls`` instead), raise
+        :class:`InvalidArgumentError` naming the message.
         """
+        _args.messages(messages)
         return _core.apply_chat_template(
             self._engine, [dict(m) if isinstance(m, Mapping) else m for m in messages], add_generation_prompt=add_generation_prompt,
             template=template, variables=variables,
@@ -497,12 +506,14 @@ class Session:
         return self._core.kv_bytes
 
     def prefill(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
-        """Appends ``ids``; returns the logits after the last of them."""
-        return self._core.feed(list(ids))
+        """Appends ``ids``; returns the logits after the last of them. The GIL is released
+        while it computes; Ctrl-C (KeyboardInterrupt) stops it within a block of 256 tokens,
+        and the session keeps the blocks computed so far (they are in :attr:`tokens`)."""
+        return self._core.feed(_args.token_ids(ids, "ids", self._model.config.vocab_size))
 
     def step(self, token_id: int) -> npt.NDArray[np.float32]:
         """Appends one token; returns the logits after it."""
-        return self._core.feed([token_id])
+        return self._core.feed([_args.token_id(token_id, "token_id", self._model.config.vocab_size)])
 
     def truncate(self, n: int) -> None:
         """Keeps the first ``n`` tokens (their cache stays valid) and drops the rest. (If a
@@ -530,6 +541,7 @@ class Session:
 
         The options are :meth:`Model.generate`'s; Ctrl-C stops generation within one token
         and leaves the session usable (holding what was computed)."""
+        _args.prompt(prompt, "prompt", self._model.config.vocab_size)
         ids = self._model._prompt_ids(prompt, special)
         chosen, with_steps = _step_sampler(sampler, logprobs)
         out_ids, text, reason, lps, steps = self._core.generate(
@@ -553,6 +565,7 @@ class Session:
         does (the same chunks as a fresh stream of the same prompt). The session is busy (its
         other methods raise RuntimeError) until the last chunk has been returned or the
         iterator is closed (``close()``) or dropped. Arguments are checked when this is called."""
+        _args.prompt(prompt, "prompt", self._model.config.vocab_size)
         core = self._core.stream(
             self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
             sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),

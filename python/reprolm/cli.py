@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
-from ._download import default_model_path
+from ._core import __version__
+from ._download import fetch_default_model
 from ._gguf import inspect
 from ._model import Message, Model
 from ._progress import ProgressBar
@@ -29,24 +30,37 @@ _BENCH_TEXT = (
 
 
 def _model_path(args: argparse.Namespace) -> Path:
-    return Path(args.model) if args.model else default_model_path()
+    return Path(args.model) if args.model else fetch_default_model()
 
 
 def _load(args: argparse.Namespace) -> Model:
     return Model.load(_model_path(args), threads=args.threads, precision=args.precision)
 
 
+_SAMPLING_FLAGS = ("top_k", "top_p", "min_p", "seed")
+
+
 def _sampler(args: argparse.Namespace) -> Sampler:
-    if args.temperature == 0:
-        return Sampler.greedy()
-    return Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                   seed=args.seed)
+    """The sampler of the command line: every value is checked whatever the temperature. Without
+    --temperature, decoding is greedy unless another sampling flag is given: then, as in
+    llama.cpp, the temperature is 1."""
+    temperature = args.temperature
+    if temperature is None:
+        temperature = 1.0 if any(getattr(args, f) is not None for f in _SAMPLING_FLAGS) else 0.0
+
+    def given(name: str, default: float) -> float:
+        value = getattr(args, name)
+        return default if value is None else value
+
+    return Sampler(temperature=temperature, top_k=int(given("top_k", 0)), top_p=given("top_p", 1.0),
+                   min_p=given("min_p", 0.0), seed=int(given("seed", 0)))
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    sampler = _sampler(args)
     model = _load(args)
     out = sys.stdout
-    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=_sampler(args), stop=args.stop)
+    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop)
     if args.echo:
         out.write(args.prompt)
     reason = None
@@ -71,12 +85,12 @@ def _read_line(prompt: str, interactive: bool) -> Optional[str]:
     return None if line == "" else line.rstrip("\n")
 
 
-def _reply(model: Model, history: list[Message], args: argparse.Namespace, out: TextIO) -> str:
+def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampler: Sampler, out: TextIO) -> str:
     """Streams the assistant's reply to ``history``; drops the oldest turns if the
     conversation no longer fits the context. Returns the reply text (partial if interrupted)."""
     while True:
         try:
-            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=_sampler(args))
+            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler)
             break
         except ContextOverflowError:
             first = 1 if history and history[0].get("role") == "system" else 0
@@ -98,6 +112,7 @@ def _reply(model: Model, history: list[Message], args: argparse.Namespace, out: 
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
+    sampler = _sampler(args)
     model = _load(args)
     interactive = sys.stdin.isatty()
     if model.chat_template is None and interactive:
@@ -118,24 +133,12 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        reply = _reply(model, history, args, sys.stdout)
+        reply = _reply(model, history, args, sampler, sys.stdout)
         history.append({"role": "assistant", "content": reply})
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    bar: Optional[ProgressBar] = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = ProgressBar("verifying", total, unit="B")
-        bar.update(done, total)
-
-    print("fetching the default model (SmolLM2-135M-Instruct, Q4_1) ...", file=sys.stderr)
-    path = default_model_path(progress=progress)
-    if bar is not None:
-        bar.close()
-    print(path)
+    print(fetch_default_model(always=True))
     return 0
 
 
@@ -187,6 +190,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_quantize(args: argparse.Namespace) -> int:
+    quantized = sorted({t.type for t in inspect(args.src).tensors if t.type.upper().startswith(("Q", "IQ", "TQ"))})
+    if quantized:
+        print(f"reprolm: warning: {args.src} is already quantized ({', '.join(quantized)}): its matrices are "
+              "requantized from quantized weights, so the quality loss compounds (quantize an F32, F16 or BF16 "
+              "file if you have one)", file=sys.stderr)
     report_text = args.report_text if args.report_text is not None else (SAMPLE_TEXT if args.report else None)
     report = quantize(
         args.src,
@@ -216,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Commands that run or read a model use the default one (SmolLM2-135M-Instruct, fetched on "
                "first use) unless --model names a GGUF file. 'reprolm COMMAND --help' describes a command.",
     )
+    parser.add_argument("--version", action="version", version=f"reprolm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add_model_options(p: argparse.ArgumentParser, threads: bool = True) -> None:
@@ -230,11 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
     def add_sampling_options(p: argparse.ArgumentParser, max_tokens: int) -> None:
         p.add_argument("--max-tokens", "-n", type=int, default=max_tokens,
                        help=f"most tokens to generate (default {max_tokens})")
-        p.add_argument("--temperature", type=float, default=0.0, help="0 (default) decodes greedily")
-        p.add_argument("--top-k", type=int, default=0, help="keep the k most probable tokens (0 = off)")
-        p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass to keep (1 = off)")
-        p.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min-p x the top probability")
-        p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+        p.add_argument("--temperature", type=float, default=None, metavar="T",
+                       help="sampling temperature; 0 decodes greedily. Default: 0 (greedy), or 1 if --top-k, "
+                            "--top-p, --min-p or --seed is given (as in llama.cpp)")
+        p.add_argument("--top-k", type=int, default=None, metavar="K",
+                       help="keep the k most probable tokens (default 0 = off)")
+        p.add_argument("--top-p", type=float, default=None, metavar="P",
+                       help="keep the most probable tokens whose mass reaches P, 0 < P <= 1 (default 1 = off)")
+        p.add_argument("--min-p", type=float, default=None, metavar="P",
+                       help="drop tokens less probable than P x the top one, 0 <= P <= 1 (default 0 = off)")
+        p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default 0)")
 
     g = sub.add_parser("generate", help="continue a prompt, streaming the text",
                        description="Continue PROMPT, printing the text as it is generated.")
@@ -287,21 +301,25 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--scheme",
         default="minmax",
-        help="minmax (default: ggml's rules, bit-exact with llama-quantize) or uniform "
-        "(the chapter's definition 8.1 per block of 32, range [-a, a]; q4_1 only)",
+        help="minmax (default: ggml's rules, bit-exact with llama-quantize) or uniform (q4_1 only: in "
+        "each block of 32 values, 16 levels evenly spaced on [-a, a] with a = the largest |w|, or see --clip)",
     )
     q.add_argument("--clip", type=float, default=None, metavar="P",
                    help="uniform scheme: a = the P-th percentile of |w| in each block, 0 < P <= 100")
     q.add_argument("--output-type", default=None,
                    help="type of the embedding/output matrix: q8_0 (default), q4_0, q4_1, f16, bf16, f32")
     q.add_argument("--report", action="store_true",
-                   help="print the per-tensor error against proposition 8.2 and the mean KL divergence "
-                   "of next-token distributions versus SRC on a sample text")
+                   help="print each tensor's quantization error next to its worst-case bound (half a "
+                   "quantization step per value) and the mean KL divergence of next-token distributions "
+                   "versus SRC on a sample text")
     q.add_argument("--report-text", default=None, metavar="TEXT",
                    help="measure the KL divergence on TEXT instead of the sample text (implies --report)")
     q.set_defaults(run=_cmd_quantize)
 
-    cv = sub.add_parser("convert", help="write a dequantized (F32 or F16) copy of a GGUF file")
+    cv = sub.add_parser("convert", help="write a dequantized (F32 or F16) copy of a GGUF file",
+                        description="Write a copy of SRC with its quantized matrices dequantized to F32 or F16 "
+                                    "(bit-exact with ggml's dequantization); norm vectors stay F32 and metadata "
+                                    "is kept.")
     cv.add_argument("src", help="source GGUF file")
     cv.add_argument("dst", help="output GGUF file")
     cv.add_argument("--to", default="f32", help="f32 (default) or f16; norm vectors stay F32")

@@ -20,6 +20,7 @@ __all__ = [
     "TokenOutOfRangeError",
     "EmptyPromptError",
     "InvalidArgumentError",
+    "InvalidTypeError",
     "ContextOverflowError",
     "SessionStateError",
     "StateFormatError",
@@ -71,6 +72,11 @@ class EmptyPromptError(InvalidInputError):
 
 class InvalidArgumentError(InvalidInputError):
     """A setting outside its allowed range; the message names the setting."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type, such as ``None`` for a prompt; the message names it.
+    Also a :class:`TypeError`."""
 
 
 class ContextOverflowError(ReprolmError):

@@ -86,8 +86,17 @@ fn apply_chat_template(
     }
     let messages_value = to_value(messages, "messages", 0).py()?;
     for (i, m) in messages.try_iter()?.enumerate() {
-        if !m?.is_instance_of::<PyDict>() {
+        let m = m?;
+        let Ok(message) = m.cast::<PyDict>() else {
             return Err(Error::invalid_argument(format!("messages[{i}]"), "must be a dict with 'role' and 'content'")).py();
+        };
+        // Templates index both keys; a missing one would surface as an opaque render error.
+        // An assistant message that calls tools may give 'tool_calls' instead of 'content'.
+        for key in ["role", "content"] {
+            let given = message.contains(key)? || (key == "content" && message.contains("tool_calls")?);
+            if !given {
+                return Err(Error::invalid_argument(format!("messages[{i}]"), format!("has no '{key}'"))).py();
+            }
         }
     }
     let mut extra = Vec::new();

@@ -15,15 +15,21 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::batch::{BatchEngine, BatchOptions};
-use crate::engine::{Engine, LoadOptions};
+use crate::engine::{Engine, LoadOptions, Session};
 use crate::error::Error;
 use crate::gguf::GgufFile;
 use crate::tensor::{dequantize_row, ggml_type_info, GgmlType};
 use errors::IntoPyResult;
+
+/// Tokens per forward pass when `logits` and `Session.feed` process a long input: Ctrl-C is
+/// checked between blocks (and the GIL taken back), so an interrupt takes effect within one
+/// block. Any split of the input gives the same bits (theorem 7.2).
+pub(crate) const BLOCK_TOKENS: usize = 256;
 
 /// A loaded model (see `reprolm.Model` for the documented Python API).
 #[pyclass(frozen, name = "Engine", module = "reprolm._core")]
@@ -229,14 +235,25 @@ impl PyEngine {
         Ok(PyBytes::new(py, self.engine.tokenizer.token_bytes(id).py()?))
     }
 
-    /// Logits at every position: float32 array of shape (len(ids), vocab_size).
+    /// Logits at every position: float32 array of shape (len(ids), vocab_size). Long inputs
+    /// run in blocks of [`BLOCK_TOKENS`] with Ctrl-C checked between them; an interrupted
+    /// call changes nothing.
     fn logits<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let ids = token_ids(&self.engine, ids)?;
         if ids.is_empty() {
             return Err(Error::EmptyPrompt).py();
         }
-        let logits = py.detach(|| self.engine.logits(&ids)).py()?;
-        PyArray1::from_vec(py, logits).reshape([ids.len(), self.engine.config().vocab_size])
+        let vocab_size = self.engine.config().vocab_size;
+        let mut session = Session::new(Arc::clone(&self.engine), ids.len()).py()?;
+        // [ids.len()][vocab_size], filled block by block
+        let mut logits = Vec::new();
+        for (i, block) in ids.chunks(BLOCK_TOKENS).enumerate() {
+            if i > 0 {
+                py.check_signals()?;
+            }
+            py.detach(|| session.feed_all(block).map(|rows| logits.extend_from_slice(rows))).py()?;
+        }
+        PyArray1::from_vec(py, logits).reshape([ids.len(), vocab_size])
     }
 }
 
@@ -274,8 +291,22 @@ fn dequantize<'py>(py: Python<'py>, type_id: u32, data: &[u8]) -> PyResult<Bound
     Ok(PyArray1::from_vec(py, out))
 }
 
+/// Loads NumPy's C API and rust-numpy's borrow-checking capsule now, at import. rust-numpy
+/// loads them on first use and panics if that fails, as it does when a Ctrl-C is pending at
+/// the first array a call returns (the import it runs raises `KeyboardInterrupt`).
+fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
+    py.import("numpy")?;
+    // A pending Ctrl-C is raised here, as an ordinary exception, rather than inside rust-numpy.
+    py.check_signals()?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drop(PyArray1::<f32>::zeros(py, 1, false).readonly());
+    }))
+    .map_err(|_| PyImportError::new_err("reprolm could not load the NumPy C API"))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    load_numpy_api(m.py())?;
     m.add_class::<PyEngine>()?;
     m.add_class::<PyModelConfig>()?;
     m.add_class::<session::PySession>()?;

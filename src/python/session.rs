@@ -9,8 +9,8 @@ use pyo3::prelude::*;
 use super::errors::IntoPyResult;
 use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
 use super::stream::{step, PyStream};
-use super::{token_ids, PyEngine};
 use super::request::request;
+use super::{token_ids, PyEngine, BLOCK_TOKENS};
 use crate::decode::stream::Generator;
 use crate::engine::{Session, SessionOptions};
 use crate::error::Error;
@@ -78,6 +78,24 @@ impl PySession {
     }
 }
 
+
+/// Feeds `ids` to `session` in blocks, checking for Ctrl-C between them; the logits after the
+/// last id. With `overflow="error"` the whole input must fit, checked before any work.
+fn feed_blocks(py: Python<'_>, session: &mut Session, ids: &[u32]) -> PyResult<Vec<f32>> {
+    if ids.is_empty() {
+        return Err(Error::EmptyPrompt).py();
+    }
+    let pending = session.tokens().len() - session.cache().len();
+    session.cache().check_fits(pending + ids.len()).py()?;
+    let mut logits = Vec::new();
+    for (i, block) in ids.chunks(BLOCK_TOKENS).enumerate() {
+        if i > 0 {
+            py.check_signals()?;
+        }
+        logits = py.detach(|| session.feed(block).map(<[f32]>::to_vec)).py()?;
+    }
+    Ok(logits)
+}
 
 fn non_negative(name: &str, v: i64) -> PyResult<usize> {
     usize::try_from(v).map_err(|_| Error::invalid_argument(name, format!("must be >= 0, got {v}"))).py()
@@ -157,12 +175,16 @@ impl PySession {
         self.get(|s| s.kv_bytes())
     }
 
-    /// Appends `ids`; the logits after the last one (float32, vocab_size).
+    /// Appends `ids`; the logits after the last one (float32, vocab_size). Long inputs run in
+    /// blocks of `BLOCK_TOKENS` with Ctrl-C checked between them; an interrupted call keeps
+    /// the blocks computed so far. The session is busy meanwhile.
     fn feed<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray1<f32>>> {
         let engine = self.get(|s| Arc::clone(s.engine()))?;
         let ids = token_ids(&engine, ids)?;
-        let logits = py.detach(|| self.with(|s| s.feed(&ids).map(<[f32]>::to_vec))).ok_or_else(busy)?.py()?;
-        Ok(PyArray1::from_vec(py, logits))
+        let mut session = self.take()?;
+        let logits = feed_blocks(py, &mut session, &ids);
+        self.put_back(session);
+        Ok(PyArray1::from_vec(py, logits?))
     }
 
     fn truncate(&self, n: i64) -> PyResult<()> {

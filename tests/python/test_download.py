@@ -29,3 +29,47 @@ def test_checksum_mismatch_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(reprolm.ModelDownloadError, match="checksum"):
         reprolm.default_model_path()
     assert not (tmp_path / _download.DEFAULT_MODEL_FILE).exists()
+
+
+_FIRST_USE = "import reprolm; reprolm.Model.default(); print('loaded')"
+
+
+def test_first_model_default_shows_progress_on_a_terminal(tmp_path: Path) -> None:
+    # Issue 17, defect 7: the fetch inside the first Model.default() was silent.
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-c", _FIRST_USE], stdout=subprocess.PIPE, stderr=follower,
+                               env={**os.environ, "REPROLM_CACHE": str(tmp_path)})
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert process.wait(timeout=600) == 0
+    os.close(leader)
+    shown = b"".join(chunks).decode()
+    assert "fetching the default model" in shown
+    assert "downloading [" in shown and "verifying [" in shown
+    assert shown.count("100%") >= 2, shown[-500:]
+    assert (tmp_path / _download.DEFAULT_MODEL_FILE).stat().st_size == _download._GGUF_SIZE
+
+
+def test_first_model_default_is_silent_without_a_terminal(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "REPROLM_CACHE": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert (out.stdout, out.stderr) == ("loaded\n", "")
+    assert (tmp_path / _download.DEFAULT_MODEL_FILE).is_file()

@@ -221,6 +221,18 @@ def test_cli_quantize_report_and_convert(model_path: Path, out_dir: Path, capsys
     assert "type" in capsys.readouterr().err
 
 
+def test_cli_warns_when_requantizing(model_path: Path, out_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 17, defect 7: Q4_1 to Q8_0 said nothing about requantizing quantized weights.
+    assert main(["quantize", str(model_path), str(out_dir / "requantized.gguf"), "--type", "q8_0"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("reprolm: warning: ") and "already quantized (Q4_1, Q8_0)" in err
+    assert "compounds" in err and len(err.splitlines()) == 1
+    f16 = out_dir / "warn-f16.gguf"
+    reprolm.convert(model_path, f16, to="f16")
+    assert main(["quantize", str(f16), str(out_dir / "from-f16.gguf"), "--type", "q8_0"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize(
     "kwargs, setting",
     [

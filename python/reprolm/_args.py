@@ -1,0 +1,85 @@
+"""Checks of the public API's arguments, run before any work: a wrong type raises
+:class:`InvalidTypeError` naming the argument (rather than an error from deep inside, such as
+``object of type 'NoneType' has no len()``), and a token id of any size outside the
+vocabulary :class:`TokenOutOfRangeError` (the engine takes 64-bit ids; larger Python ints
+would otherwise raise ``OverflowError``). Everything else is checked by the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidTypeError, TokenOutOfRangeError
+
+__all__ = ["text", "token_id", "token_ids", "prompt", "messages"]
+
+_INT64 = 2**63
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _is_id_sequence(value: Any) -> bool:
+    """A sequence (with a length) that may hold token ids: not text, bytes or a mapping."""
+    return (isinstance(value, (Sequence, np.ndarray))
+            and not isinstance(value, (str, bytes, bytearray, Mapping)))
+
+
+def _check_range(ids: Any, vocab_size: int) -> None:
+    """Raises TokenOutOfRangeError for an int id that does not fit in 64 bits; the engine
+    checks the rest (and reports items that are not ints)."""
+    if len(ids) == 0:
+        return
+    try:
+        extremes = (int(np.min(ids)), int(np.max(ids))) if isinstance(ids, np.ndarray) else (min(ids), max(ids))
+    except (TypeError, ValueError):
+        return
+    for id in extremes:
+        if isinstance(id, (int, np.integer)) and not -_INT64 <= int(id) < _INT64:
+            raise TokenOutOfRangeError(f"token id {int(id)} is out of range for a vocabulary of {vocab_size}")
+
+
+def text(value: Any, name: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be a str, got {_kind(value)}")
+
+
+def token_id(value: Any, name: str, vocab_size: int) -> int:
+    """``value`` as an int (anything with ``__index__``, such as a NumPy integer)."""
+    if not hasattr(type(value), "__index__"):
+        raise InvalidTypeError(f"{name} must be a token id (an int), got {_kind(value)}")
+    _check_range([int(value)], vocab_size)
+    return int(value)
+
+
+def token_ids(value: Any, name: str, vocab_size: int) -> list[int]:
+    """``value`` (any iterable of ints but text, bytes or a mapping) as a list."""
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidTypeError(f"{name} must be a sequence of token ids (ints), got {_kind(value)}")
+    ids = list(value)
+    _check_range(ids, vocab_size)
+    return ids
+
+
+def prompt(value: Any, name: str, vocab_size: int, *, batch: bool = False) -> None:
+    """Checks a prompt: text or a sequence of token ids; with ``batch``, also a non-empty list
+    of prompts (whose first item is not an int)."""
+    if isinstance(value, str):
+        return
+    what = "text or a sequence of token ids" + (", or a list of prompts" if batch else "")
+    if not _is_id_sequence(value):
+        raise InvalidTypeError(f"{name} must be {what}, got {_kind(value)}")
+    if batch and len(value) > 0 and not isinstance(value[0], (int, np.integer)):
+        for i, item in enumerate(value):
+            prompt(item, f"{name}[{i}]", vocab_size)
+        return
+    _check_range(value, vocab_size)
+
+
+def messages(value: Any, name: str = "messages") -> None:
+    """Checks that chat messages are a list (the engine checks each message)."""
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidTypeError(f"{name} must be a list of {{'role': ..., 'content': ...}} dicts, got {_kind(value)}")
