@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import reprolm
+
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
 
@@ -27,8 +29,8 @@ def run_block(marker: str) -> tuple[dict[str, Any], str]:
 
 
 def test_the_blocks_are_found() -> None:
-    assert len(BLOCKS) == 5
-    for marker in ["Hello world", "Write a haiku", "model.chat(messages", "logit_bias", "CallableModel"]:
+    assert len(BLOCKS) == 6
+    for marker in ["Hello world", "Write a haiku", "model.submit", "model.chat(messages", "logit_bias", "CallableModel"]:
         assert sum(marker in b for b in BLOCKS) == 1, marker
 
 
@@ -55,6 +57,22 @@ def test_streaming_prints_a_haiku() -> None:
     assert rest == "[' 4, 5, 6', ' D, E, F, G,']\n"
     outs = ns["outs"]
     assert [o.text for o in outs] == [ns["model"].generate(p, max_tokens=8).text for p in ["1, 2, 3,", "A, B, C,"]]
+
+
+def test_many_requests_at_once() -> None:
+    ns, printed = run_block("model.submit")
+    model = ns["model"]
+    lines = printed.splitlines()
+    texts = [r.result().text for r in ns["requests"]]
+    assert lines[:8] == [repr(t) for t in texts]
+    for n, text in enumerate(texts):
+        alone = model.session().generate(f"{n} + {n} =", max_tokens=6, sampler=reprolm.Sampler(temperature=0.7, seed=n))
+        assert text == alone.text
+    with pytest.raises(reprolm.RequestCancelledError):
+        ns["request"].result()  # cancelled when the with block was left
+    assert lines[8] == repr([model.session().generate("A haiku:", max_tokens=12, sampler=reprolm.Sampler(seed=s)).text
+                             for s in range(4)])
+    assert lines[9].startswith("EngineStats(waiting=")
 
 
 def test_chat() -> None:

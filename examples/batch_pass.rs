@@ -1,0 +1,80 @@
+//! Times one forward pass of the batch engine's decode shape: N sequences with a 128-token
+//! cache each, one new row per sequence (logits for every row), against one sequence
+//! prefilling N tokens (logits for the last row only), on the default model. Not a test:
+//! prints medians of repeated passes.
+//!
+//! `cargo run --release --example batch_pass [-- N THREADS PRECISION]` (default 16 2 float32).
+
+use std::time::Instant;
+
+use reprolm::engine::{Engine, LoadOptions};
+use reprolm::model::{KvCache, LogitRows, Scratch, SeqInput};
+use reprolm::threads::ThreadPool;
+
+fn model_path() -> std::path::PathBuf {
+    let base = std::env::var("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
+    std::env::var("REPROLM_MODEL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| base.join("reprolm/SmolLM2-135M-Instruct.Q4_1.gguf"))
+}
+
+fn median(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).map_or(16, |s| s.parse().expect("N"));
+    let threads: usize = args.get(2).map_or(2, |s| s.parse().expect("THREADS"));
+    let precision = args.get(3).cloned().unwrap_or_else(|| "float32".into());
+    let options = LoadOptions { threads: Some(1), precision: Some(precision.clone()), ..LoadOptions::default() };
+    let engine = Engine::load(model_path(), &options).expect("model loads");
+    let model = &engine.llama;
+    let pool = ThreadPool::new(threads);
+    let mut scratch = Scratch::default();
+    let prompt: Vec<u32> = (0..128).map(|i| 100 + i * 37).collect();
+    let mut caches: Vec<KvCache> = (0..n).map(|_| KvCache::new(&model.config, 512).unwrap()).collect();
+    for cache in &mut caches {
+        model.forward(&pool, cache, &mut scratch, &prompt, LogitRows::None).unwrap();
+    }
+    let tokens: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
+    let reps = 21;
+    let decode = median(
+        (0..reps)
+            .map(|_| {
+                for c in &mut caches {
+                    c.truncate(128);
+                }
+                let mut inputs: Vec<SeqInput> = caches
+                    .iter_mut()
+                    .zip(&tokens)
+                    .map(|(cache, t)| SeqInput { cache, tokens: std::slice::from_ref(t), logits: LogitRows::Last })
+                    .collect();
+                let s = Instant::now();
+                model.forward_batch(&pool, &mut scratch, &mut inputs).unwrap();
+                s.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    let mut cache = KvCache::new(&model.config, 512).unwrap();
+    let prefill = median(
+        (0..reps)
+            .map(|_| {
+                cache.truncate(128);
+                let s = Instant::now();
+                model.forward(&pool, &mut cache, &mut scratch, &tokens, LogitRows::Last).unwrap();
+                s.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    println!(
+        "{precision}, {threads} threads, {} kernels: {n} sequences x 1 row: {:.2} ms ({:.1} rows/s) | 1 sequence x {n} rows: {:.2} ms",
+        model.isa.name(),
+        decode * 1e3,
+        n as f64 / decode,
+        prefill * 1e3
+    );
+}
