@@ -10,7 +10,9 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet '.[test]'
 .venv/bin/python -m reprolm download
 
-cargo test --release
+# The cargo tests build with the `fasttest` profile (release optimizations, no LTO: faster to
+# compile, the same results); the integration tests are one binary.
+cargo test --profile fasttest
 # Counting mode (the chapter's theorem 7.3 against the multiplications the kernels perform).
-cargo test --release --features count-ops --test op_counts
+cargo test --profile fasttest --features count-ops --test op_counts
 .venv/bin/python -m pytest

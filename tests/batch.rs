@@ -2,7 +2,7 @@
 //! bits of each sequence run alone, and the batch engine's requests give the tokens, log-
 //! probabilities and texts of the single-sequence generator.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

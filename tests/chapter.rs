@@ -1,7 +1,7 @@
 //! The chapter's sections 4 and 5 and exercises 10.1 and 10.2 as tests of the free functions
 //! (which run the sampler's own code).
 
-mod toy;
+use crate::toy;
 
 use toy::TestRng;
 use reprolm::sampling::{entropy, restrict, softmax, top_k_set, top_p_set, total_variation};

@@ -1,7 +1,7 @@
 //! Decoding: proposition 3.3 on the chapter's toy models, beam width 1 = greedy, exhaustive
 //! beams = brute force, EOS handling and the token loop.
 
-mod toy;
+use crate::toy;
 
 use std::collections::HashMap;
 

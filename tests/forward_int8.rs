@@ -1,7 +1,7 @@
 //! The forward pass with `Precision::Int8`: bitwise determinism across threads, prefill
 //! chunkings and ISAs, and its distance from the float32 reference logits.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reprolm::kernels::{Isa, Precision};

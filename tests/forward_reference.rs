@@ -1,6 +1,6 @@
 //! The forward pass against the float32 reference logits, and its determinism.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reprolm::kernels::{Isa, Precision};

@@ -1,7 +1,7 @@
 //! Every kernel path against its scalar twin (bit for bit) and a float64 reference (within
 //! the rounding bound documented below), on awkward shapes and 1 to 70 tokens.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 

@@ -2,7 +2,7 @@
 //! activation quantizer against a direct float64 / integer reference, and the kernel result
 //! against a float64 evaluation of the same quantized arithmetic within a derived bound.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 

@@ -1,5 +1,5 @@
 //! The chapter's theorem 7.3 checked against the multiplications the engine performs
-//! (counting mode: `cargo test --release --features count-ops --test op_counts`).
+//! (counting mode: `cargo test --profile fasttest --features count-ops --test op_counts`).
 //!
 //! # The formula for a Llama layer with grouped-query attention
 //!

@@ -2,7 +2,7 @@
 //! proposition 8.2 on random matrices and on SmolLM2's weights, exercise 10.4, the
 //! SmolLM2 -> F32 -> Q4_1 round trip, and the KL ordering of the quantized models.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The sampler pipeline: consistency with the free functions, faithfulness of the draws
 //! (chi-square), statistics, determinism and validation.
 
-mod toy;
+use crate::toy;
 
 use toy::TestRng;
 use reprolm::error::Error;

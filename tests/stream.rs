@@ -1,7 +1,7 @@
 //! The streaming [`Generator`] on the real model: the same ids as `decode::generate`, step texts
 //! that join to the decoded text, stop strings cut across token boundaries, and chat templates.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,0 +1,17 @@
+//! The integration tests, as one test binary (one link instead of one per file; each file is
+//! a module). `tests/op_counts.rs` is apart: it needs the `count-ops` feature.
+
+mod common;
+mod toy;
+
+mod batch;
+mod chapter;
+mod decode;
+mod forward_int8;
+mod forward_reference;
+mod kernels;
+mod kernels_int8;
+mod quantize;
+mod sampler;
+mod stream;
+mod tokenizer;
