@@ -9,6 +9,10 @@
 //! Workers spin briefly between calls (the many short phases of one forward pass cost well
 //! under a microsecond each), then yield, then sleep on a condition variable so an idle
 //! model burns no CPU.
+//!
+//! After `fork()` the child has none of the parent's threads: a pool made before the fork
+//! runs every chunk on the caller (the same results, since they never depend on the thread
+//! count) and never waits for, or joins, the workers it no longer has.
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
@@ -67,6 +71,27 @@ pub struct ThreadPool {
     workers: Vec<JoinHandle<()>>,
     /// Serialises callers: one job at a time.
     caller: Mutex<()>,
+    /// [`fork_generation`] when the workers were started.
+    generation: usize,
+}
+
+/// Forks this process has gone through (counted in the child, from the first pool on).
+static FORKS: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn count_fork_in_child() {
+    FORKS.fetch_add(1, SeqCst);
+}
+
+/// How many times this process is a forked child of a process that had made a pool (or
+/// another object that registered through here): threads started before a change of this
+/// number do not exist any more.
+pub fn fork_generation() -> usize {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: the handler only increments an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
+    });
+    FORKS.load(Relaxed)
 }
 
 impl ThreadPool {
@@ -94,7 +119,12 @@ impl ThreadPool {
                     .expect("cannot spawn a worker thread")
             })
             .collect();
-        ThreadPool { shared, workers, caller: Mutex::new(()) }
+        ThreadPool { shared, workers, caller: Mutex::new(()), generation: fork_generation() }
+    }
+
+    /// Whether this process is a fork of the one that started the workers.
+    fn forked(&self) -> bool {
+        FORKS.load(Relaxed) != self.generation
     }
 
     pub fn n_threads(&self) -> usize {
@@ -103,7 +133,7 @@ impl ThreadPool {
 
     /// Runs `f(c)` for every chunk `c` in `0..n_chunks`, in parallel.
     pub fn run<F: Fn(usize) + Sync>(&self, n_chunks: usize, f: F) {
-        if self.workers.is_empty() || n_chunks <= 1 {
+        if self.workers.is_empty() || n_chunks <= 1 || self.forked() {
             (0..n_chunks).for_each(f);
             return;
         }
@@ -188,6 +218,11 @@ fn worker(s: &Shared) {
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
+        if self.forked() {
+            // The workers are the parent's; their shared state may hold a lock forever.
+            std::mem::forget(std::mem::take(&mut self.workers));
+            return;
+        }
         self.shared.shutdown.store(true, SeqCst);
         {
             let _guard = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());

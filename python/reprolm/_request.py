@@ -148,7 +148,7 @@ class _Dispatcher:
         event = asyncio.Event()
         with self._lock:
             self._waiters[core.id] = (asyncio.get_running_loop(), event)
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():  # (not alive: a forked child)
                 self._thread = threading.Thread(target=self._run, name="reprolm-async", daemon=True)
                 self._thread.start()
         core.watch()

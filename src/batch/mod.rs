@@ -152,6 +152,8 @@ pub struct BatchEngine {
     wakeup: Arc<Wakeup>,
     next_id: AtomicU64,
     thread: Option<JoinHandle<()>>,
+    /// [`fork_generation`](crate::threads::fork_generation) when the thread was started.
+    generation: usize,
 }
 
 impl BatchEngine {
@@ -167,7 +169,14 @@ impl BatchEngine {
                 .spawn(move || scheduler::run(&engine, options, &wakeup))
                 .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?
         };
-        Ok(BatchEngine { engine, options, wakeup, next_id: AtomicU64::new(1), thread: Some(thread) })
+        let generation = crate::threads::fork_generation();
+        Ok(BatchEngine { engine, options, wakeup, next_id: AtomicU64::new(1), thread: Some(thread), generation })
+    }
+
+    /// Whether this process is a fork of the one that started the engine thread (which the
+    /// child does not have): a stale engine runs nothing; make a new one.
+    pub fn is_stale(&self) -> bool {
+        crate::threads::fork_generation() != self.generation
     }
 
     pub fn options(&self) -> &BatchOptions {
@@ -235,6 +244,12 @@ impl BatchEngine {
 
 impl Drop for BatchEngine {
     fn drop(&mut self) {
+        if self.is_stale() {
+            // The engine thread is the parent's, and it may have held the inbox lock at the
+            // fork: touch nothing, join nothing.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         {
             let mut inbox = self.wakeup.lock();
             inbox.shutdown = true;

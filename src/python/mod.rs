@@ -11,7 +11,7 @@ mod sampling;
 mod session;
 mod stream;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
@@ -36,19 +36,24 @@ pub(crate) const BLOCK_TOKENS: usize = 256;
 pub(crate) struct PyEngine {
     pub(crate) engine: Arc<Engine>,
     batch_options: BatchOptions,
-    /// Started by the first request submitted.
-    batch: OnceLock<BatchEngine>,
+    /// Started by the first request submitted (and again in a forked child).
+    batch: Mutex<Option<Arc<BatchEngine>>>,
 }
 
 impl PyEngine {
-    /// The model's batch engine, started on first use.
-    pub(crate) fn batch(&self) -> PyResult<&BatchEngine> {
-        if let Some(batch) = self.batch.get() {
-            return Ok(batch);
+    /// The model's batch engine, started on first use. In a child forked after it started,
+    /// the parent's engine thread does not exist: the child starts its own.
+    pub(crate) fn batch(&self) -> PyResult<Arc<BatchEngine>> {
+        let mut slot = self.batch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(batch) = slot.as_ref().filter(|b| !b.is_stale()) {
+            return Ok(Arc::clone(batch));
         }
-        let started = BatchEngine::new(Arc::clone(&self.engine), self.batch_options).py()?;
-        // Another thread may have won the race; its engine is kept and ours stopped.
-        Ok(self.batch.get_or_init(|| started))
+        if let Some(stale) = slot.take() {
+            std::mem::forget(stale); // requests of the parent's engine are never served here
+        }
+        let batch = Arc::new(BatchEngine::new(Arc::clone(&self.engine), self.batch_options).py()?);
+        *slot = Some(Arc::clone(&batch));
+        Ok(batch)
     }
 }
 
@@ -147,7 +152,7 @@ impl PyEngine {
             batch_options.max_batch_tokens = batch_options.max_batch_tokens.max(batch_options.max_concurrent);
         }
         batch_options.validate().py()?;
-        Ok(PyEngine { engine: Arc::new(engine), batch_options, batch: OnceLock::new() })
+        Ok(PyEngine { engine: Arc::new(engine), batch_options, batch: Mutex::new(None) })
     }
 
     /// The batch engine's limits: (max_concurrent, max_queue or None, max_batch_tokens, kv_memory).
@@ -160,7 +165,8 @@ impl PyEngine {
     /// The batch engine's state: (waiting, running, kv_bytes, passes, prompt_tokens,
     /// generated_tokens); zeros before the first request.
     fn engine_stats(&self) -> (usize, usize, usize, u64, u64, u64) {
-        let s = self.batch.get().map(BatchEngine::stats).unwrap_or_default();
+        let batch = self.batch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let s = batch.filter(|b| !b.is_stale()).map(|b| b.stats()).unwrap_or_default();
         (s.waiting, s.running, s.kv_bytes, s.passes, s.prompt_tokens, s.generated_tokens)
     }
 
