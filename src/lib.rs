@@ -5,6 +5,7 @@
 //! [`model::KvCache`] -> logits. The kernels in [`kernels`] compute every output with one
 //! fixed op sequence, so results do not depend on thread count, batch size or ISA.
 
+pub mod atomic_file;
 pub mod batch;
 pub mod count;
 pub mod chat;

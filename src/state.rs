@@ -20,9 +20,11 @@
 //! rejected before any field is trusted), model fingerprint, then every field's consistency;
 //! each failure is a typed error, never a panic or a silently wrong state.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::atomic_file::{write_atomically, write_err};
 use crate::engine::{Engine, Session};
 use crate::error::{Error, Result};
 use crate::kernels::Precision;
@@ -39,7 +41,7 @@ impl Session {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let bytes = self.state_bytes();
-        std::fs::write(path, bytes).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+        write_atomically(path, |out| out.write_all(&bytes).map_err(|e| write_err(path, e)))
     }
 
     /// The bytes [`Session::save`] writes.

@@ -8,11 +8,11 @@
 //! The file is written to a temporary sibling of the destination and renamed over it only
 //! once complete, so a failure never leaves a truncated GGUF at the destination.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use super::value::{MetadataValue, ValueType};
+use crate::atomic_file::{write_atomically, write_err};
 use crate::error::{Error, Result};
 use crate::tensor::GgmlType;
 
@@ -126,11 +126,8 @@ impl GgufWriter {
         F: FnMut(usize, &mut Vec<u8>) -> Result<()>,
     {
         let path = path.as_ref();
-        let tmp = temp_path(path)?;
-        let result = (|| {
-            let file = File::create(&tmp).map_err(|e| write_err(path, e))?;
-            let mut out = BufWriter::with_capacity(1 << 20, file);
-            let mut written = self.write_header(&mut out).map_err(|e| write_err(path, e))?;
+        write_atomically(path, |out| {
+            let mut written = self.write_header(out).map_err(|e| write_err(path, e))?;
             let data_start = align_up(written, self.alignment);
             let mut buf = Vec::new();
             for (i, (spec, &(offset, n_bytes))) in self.tensors.iter().zip(&self.layout).enumerate() {
@@ -143,22 +140,15 @@ impl GgufWriter {
                     ));
                 }
                 let start = data_start + offset;
-                pad(&mut out, start - written).map_err(|e| write_err(path, e))?;
+                pad(out, start - written).map_err(|e| write_err(path, e))?;
                 out.write_all(&buf).map_err(|e| write_err(path, e))?;
                 written = start + n_bytes;
             }
             // Like ggml's and gguf-py's writers, pad the end to the alignment too (an empty
             // data section still starts at an aligned offset).
             let end = align_up(written.max(data_start), self.alignment);
-            pad(&mut out, end - written).map_err(|e| write_err(path, e))?;
-            let file = out.into_inner().map_err(|e| write_err(path, e.into_error()))?;
-            file.sync_all().map_err(|e| write_err(path, e))?;
-            std::fs::rename(&tmp, path).map_err(|e| write_err(path, e))
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+            pad(out, end - written).map_err(|e| write_err(path, e))
+        })
     }
 
     /// Header, metadata and tensor infos; returns the number of bytes written.
@@ -197,24 +187,6 @@ fn pad(out: &mut impl Write, mut n: u64) -> std::io::Result<()> {
         n -= k;
     }
     Ok(())
-}
-
-fn write_err(path: &Path, source: std::io::Error) -> Error {
-    Error::Write { path: path.to_path_buf(), source }
-}
-
-/// A hidden sibling of `path` in the same directory, so the final rename is atomic.
-fn temp_path(path: &Path) -> Result<PathBuf> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::invalid_argument("dst", format!("'{}' is not a file path", path.display())))?;
-    // Unique per process and per call, so concurrent writes never share a temporary file.
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
-    Ok(path.with_file_name(tmp_name))
 }
 
 /// The element type an array is written with. The reader does not keep the element type of
