@@ -7,7 +7,12 @@ cd "$(dirname "$0")/.."
 
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet '.[test]'
+# The wheel users get: abi3, stripped, manylinux2014 (glibc 2.17), linked by zig. Built once,
+# installed with the test extras, and checked in a fresh venv by tests/python/test_wheel.py.
+.venv/bin/python -m pip install --quiet 'maturin>=1.9,<2' 'ziglang>=0.13,<0.18'
+rm -rf dist
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
+.venv/bin/python -m pip install --quiet --force-reinstall "$(ls dist/reprolm-*.whl)[test]"
 .venv/bin/python -m reprolm download
 
 # The cargo tests build with the `fasttest` profile (release optimizations, no LTO: faster to
