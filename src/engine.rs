@@ -264,14 +264,32 @@ impl Session {
     /// with what this session has processed and computing only the rest (the cache is valid
     /// up to the first changed token, theorem 7.2).
     pub fn next_logits(&mut self, context: &[u32]) -> Result<&[f32]> {
+        let start = self.reuse_prefix(context)?;
+        self.feed(&context[start..])
+    }
+
+    /// Computes up to `max_tokens` more of `context` (all but its last token, which
+    /// [`Session::next_logits`] computes), reusing the shared cached prefix like it; returns
+    /// how many of them are still left. Splitting the work this way changes no bits
+    /// (theorem 7.2); it lets a caller stop between blocks.
+    pub fn prefill_part(&mut self, context: &[u32], max_tokens: usize) -> Result<usize> {
+        let start = self.reuse_prefix(context)?;
+        let end = (context.len() - 1).min(start + max_tokens);
+        if end > start {
+            self.forward(&context[start..end], LogitRows::None)?;
+        }
+        Ok(context.len() - 1 - end)
+    }
+
+    /// Truncates to the prefix `context` shares with the session, keeping at least its last
+    /// token to compute; returns where the rest of `context` starts.
+    fn reuse_prefix(&mut self, context: &[u32]) -> Result<usize> {
         if context.is_empty() {
             return Err(Error::EmptyPrompt);
         }
         let shared = self.tokens.iter().zip(context).take_while(|(a, b)| a == b).count();
-        // At least the last token is recomputed, to produce its logits.
         self.truncate(shared.min(context.len() - 1));
-        let start = self.tokens.len();
-        self.feed(&context[start..])
+        Ok(self.tokens.len())
     }
 
     /// Generates from `prompt` (the whole context, not a continuation of this session's

@@ -62,6 +62,16 @@ impl Generator {
         step.map(Some)
     }
 
+    /// Computes up to `max_tokens` more of the context the next step needs (the prompt, at
+    /// first) without choosing a token; returns how many are still left. Optional: the next
+    /// step computes whatever is left, with the same bits.
+    pub fn prefill_part(&mut self, max_tokens: usize) -> Result<usize> {
+        if self.seq.finish().is_some() || self.failed {
+            return Ok(0);
+        }
+        self.session.prefill_part(self.seq.context(), max_tokens)
+    }
+
     fn advance(&mut self) -> Result<Step> {
         let logits = self.session.next_logits(self.seq.context())?;
         self.seq.accept(logits, Some(&self.engine.tokenizer))

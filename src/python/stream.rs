@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use super::batch::ChunkTuple;
 use super::errors::IntoPyResult;
 use super::session::PySession;
+use super::BLOCK_TOKENS;
 use crate::decode::stream::Generator;
 use crate::decode::Step;
 
@@ -16,9 +17,13 @@ fn chunk(step: Step) -> ChunkTuple {
     (text, vec![selection.token], finish.map(|f| f.reason()), vec![selection.logprob], None)
 }
 
-/// Runs one step with the GIL released, after giving pending signals (Ctrl-C) their chance.
+/// Runs one step with the GIL released, after giving pending signals (Ctrl-C) their chance;
+/// a long prompt is computed in blocks first, with the same chance between blocks.
 pub(super) fn step(py: Python<'_>, generator: &mut Generator) -> PyResult<Option<Step>> {
     py.check_signals()?;
+    while py.detach(|| generator.prefill_part(BLOCK_TOKENS)).py()? > 0 {
+        py.check_signals()?;
+    }
     py.detach(|| generator.next_step()).py()
 }
 

@@ -118,6 +118,32 @@ def test_keyboard_interrupt_stops_prefill_and_keeps_the_blocks_computed(model: r
     assert np.array_equal(session.prefill(ids[n:n + 8]), fresh.prefill(ids[:n + 8]))
 
 
+@pytest.mark.parametrize("how", ["Model.generate", "Session.generate", "Session.stream"])
+def test_keyboard_interrupt_stops_a_long_prompt(model: reprolm.Model, how: str) -> None:
+    # Issue 17, defect 2: generate with a 3,000-token prompt took 24.9 s to stop. Model.generate
+    # waits on the batch engine (prompts in passes of 512 rows at most); a session computes a
+    # long prompt in blocks of 256 with Ctrl-C checked between them.
+    ids = (model.tokenize("Once upon a time, in a land far away, there lived a fox. ") * 400)[:5000]
+    session = model.session(context_length=len(ids) + 4)
+    timer = _interrupt_soon(0.5)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        if how == "Model.generate":
+            model.generate(ids, max_tokens=4)
+        elif how == "Session.generate":
+            session.generate(ids, max_tokens=4)
+        else:
+            list(session.stream(ids, max_tokens=4))
+    stopped_after = time.perf_counter() - start
+    timer.join()
+    assert stopped_after < 10, stopped_after  # a liveness bound, not a speed claim
+    # The model and the session stay usable, with the same bits.
+    prompt = ids[:20]
+    expected = model.session().generate(prompt, max_tokens=4)
+    assert model.generate(prompt, max_tokens=4) == expected
+    assert session.generate(prompt, max_tokens=4) == expected
+
+
 def test_blocks_give_the_bits_of_one_pass(model: reprolm.Model) -> None:
     # logits and prefill run inputs longer than a block in blocks: any split gives the same bits.
     ids = (model.tokenize("Reproducible inference computes every number one way. ") * 60)[:600]
