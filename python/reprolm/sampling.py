@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._decoding import StepInfo
+from .errors import InvalidArgumentError
 
 __all__ = [
     "Sampler",
@@ -31,6 +32,23 @@ __all__ = [
     "total_variation",
     "uniform",
 ]
+
+
+def _count(name: str, value: int) -> int:
+    """A count setting as an int the engine takes (of any size: the engine names the setting
+    when it is negative; beyond 64 bits it is refused here instead of overflowing)."""
+    v = int(value)
+    if not -(2**63) <= v < 2**63:
+        raise InvalidArgumentError(f"invalid value for '{name}': {v} is out of range")
+    return v
+
+
+def _token_id(name: str, value: int) -> int:
+    """A token id of a setting: 0 <= id < 2^32 (the engine checks it against the vocabulary)."""
+    v = int(value)
+    if not 0 <= v < 2**32:
+        raise InvalidArgumentError(f"invalid value for '{name}': token id {v} is outside any vocabulary")
+    return v
 
 
 @dataclass(frozen=True)
@@ -76,18 +94,19 @@ class Sampler:
     def _make_config(self) -> _core.SamplerConfig:
         return _core.SamplerConfig(
             temperature=float(self.temperature),
-            top_k=int(self.top_k),
+            top_k=_count("top_k", self.top_k),
             top_p=float(self.top_p),
             min_p=float(self.min_p),
             repetition_penalty=float(self.repetition_penalty),
-            penalty_window=None if self.penalty_window is None else int(self.penalty_window),
+            penalty_window=None if self.penalty_window is None else _count("penalty_window", self.penalty_window),
             presence_penalty=float(self.presence_penalty),
             frequency_penalty=float(self.frequency_penalty),
-            logit_bias=[(int(k), float(v)) for k, v in self.logit_bias.items()],
-            allowed_token_ids=None if self.allowed_token_ids is None else [int(i) for i in self.allowed_token_ids],
-            banned_token_ids=[int(i) for i in self.banned_token_ids],
+            logit_bias=[(_token_id("logit_bias", k), float(v)) for k, v in self.logit_bias.items()],
+            allowed_token_ids=(None if self.allowed_token_ids is None
+                               else [_token_id("allowed_token_ids", i) for i in self.allowed_token_ids]),
+            banned_token_ids=[_token_id("banned_token_ids", i) for i in self.banned_token_ids],
             seed=int(self.seed),
-            top_logprobs=int(self.top_logprobs),
+            top_logprobs=_count("top_logprobs", self.top_logprobs),
         )
 
     @classmethod

@@ -109,3 +109,13 @@ def test_chat_messages_of_the_wrong_type(model: reprolm.Model) -> None:
              {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]}]
     template = "{% for m in messages %}{{ m.role }}{% endfor %}"
     assert model.apply_chat_template(calls, template=template, add_generation_prompt=False) == "userassistant"
+
+
+@pytest.mark.parametrize("settings", [
+    {"banned_token_ids": [2**70]}, {"allowed_token_ids": [2**64]}, {"logit_bias": {2**70: 1.0}},
+    {"top_k": 2**70}, {"penalty_window": 2**80}, {"top_logprobs": 2**70},
+])
+def test_sampler_settings_of_any_size_are_typed_errors(settings: dict[str, Any]) -> None:
+    # These raised OverflowError (the noticed-but-left item of defect 6).
+    with pytest.raises(reprolm.InvalidArgumentError, match=next(iter(settings))):
+        reprolm.Sampler(**settings)
