@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional, Sequence
 
 import numpy.typing as npt
 
-from . import _core
-from ._decoding import Beam, StepInfo, _alternatives_count, _ids
+from . import _args, _core
+from ._decoding import Beam, StepInfo
 from ._results import Completion
-from .sampling import Sampler
+from .sampling import Sampler, _step_sampler
 
 __all__ = ["CallableModel"]
 
@@ -71,14 +70,11 @@ class CallableModel:
         unless a :class:`Sampler` is given; stops at ``eos_id``, at a token of
         ``stop_token_ids`` or after ``max_tokens`` tokens; ``logprobs=N`` fills
         ``Completion.steps``."""
-        ids = _ids(prompt_ids)
-        sampler = sampler or Sampler.greedy()
-        alternatives = _alternatives_count(logprobs)
-        if alternatives is not None:
-            sampler = dataclasses.replace(sampler, top_logprobs=alternatives)
+        ids = _args.token_ids(prompt_ids, "prompt_ids", self.vocab_size)
+        chosen, with_steps = _step_sampler(sampler, logprobs)
         out_ids, reason, steps = self._core.generate(
-            ids, max_tokens=max_tokens, sampler=sampler._core, stop_token_ids=_ids(stop_token_ids),
-            steps=alternatives is not None,
+            ids, max_tokens=max_tokens, sampler=chosen._core,
+            stop_token_ids=_args.token_ids(stop_token_ids, "stop_token_ids", self.vocab_size), steps=with_steps,
         )
         infos = [StepInfo._from_core(s) for s in steps]
         return Completion("", out_ids, reason, ids, [i.logprob for i in infos], infos)
@@ -94,6 +90,6 @@ class CallableModel:
         """Beam search as :meth:`Model.beam_search`: up to ``beam_width`` hypotheses ranked
         by score."""
         beams = self._core.beam_search(
-            _ids(prompt_ids), beam_width=beam_width, max_tokens=max_tokens, length_penalty=float(length_penalty)
+            _args.token_ids(prompt_ids, "prompt_ids", self.vocab_size), beam_width=beam_width, max_tokens=max_tokens, length_penalty=float(length_penalty)
         )
         return [Beam._from_core(b, _no_text) for b in beams]

@@ -72,7 +72,3 @@ def _alternatives_count(logprobs: Optional[int]) -> Optional[int]:
     if n < 0:
         raise InvalidArgumentError(f"invalid value for 'logprobs': must be >= 0, got {n}")
     return n
-
-
-def _ids(ids: Sequence[int]) -> list[int]:
-    return [operator.index(i) for i in ids]

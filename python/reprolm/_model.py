@@ -12,11 +12,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _args, _core
-from ._decoding import Beam, StepInfo, _alternatives_count
+from ._decoding import Beam, StepInfo
 from ._download import fetch_default_model
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
-from .sampling import Sampler
+from .sampling import Sampler, _step_sampler
 
 __all__ = ["Model", "Session", "Request", "EngineStats", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype",
            "OverflowPolicy", "Precision"]
@@ -50,16 +50,6 @@ class EngineStats:
     """Prompt tokens computed so far."""
     generated_tokens: int
     """Tokens generated so far."""
-
-
-def _step_sampler(sampler: Optional[Sampler], logprobs: Optional[int]) -> tuple[Sampler, bool]:
-    """The sampler to run (greedy by default) reporting ``logprobs`` alternatives, and whether
-    per-step statistics were asked for."""
-    alternatives = _alternatives_count(logprobs)
-    chosen = sampler or Sampler.greedy()
-    if alternatives is None:
-        return chosen, False
-    return dataclasses.replace(chosen, top_logprobs=alternatives), True
 
 
 def _chunks(core: _core.Stream) -> Iterator[Chunk]:

@@ -12,6 +12,7 @@ ids of the final distribution. The functions below run the same Rust code as gen
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
@@ -19,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._decoding import StepInfo
+from ._decoding import StepInfo, _alternatives_count
 from .errors import InvalidArgumentError
 
 __all__ = [
@@ -190,3 +191,13 @@ def total_variation(p: npt.ArrayLike, q: npt.ArrayLike) -> float:
 def uniform(seed: int, step: int) -> float:
     """The uniform draw in [0, 1) of decoding step ``step`` under ``seed``."""
     return _core.uniform(int(seed), int(step))
+
+
+def _step_sampler(sampler: Optional[Sampler], logprobs: Optional[int]) -> tuple[Sampler, bool]:
+    """The sampler to run (greedy by default) reporting ``logprobs`` alternatives, and whether
+    per-step statistics were asked for."""
+    alternatives = _alternatives_count(logprobs)
+    chosen = sampler or Sampler.greedy()
+    if alternatives is None:
+        return chosen, False
+    return dataclasses.replace(chosen, top_logprobs=alternatives), True

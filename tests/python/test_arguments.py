@@ -119,3 +119,13 @@ def test_sampler_settings_of_any_size_are_typed_errors(settings: dict[str, Any])
     # These raised OverflowError (the noticed-but-left item of defect 6).
     with pytest.raises(reprolm.InvalidArgumentError, match=next(iter(settings))):
         reprolm.Sampler(**settings)
+
+
+def test_callable_model_prompts_are_checked_like_the_model_s() -> None:
+    toy = reprolm.CallableModel(lambda prefix: np.zeros(3), vocab_size=3)
+    with pytest.raises(reprolm.TokenOutOfRangeError):
+        toy.generate([2**70], max_tokens=1)  # was OverflowError
+    with pytest.raises(reprolm.InvalidTypeError, match="prompt_ids"):
+        toy.generate(None, max_tokens=1)  # type: ignore[arg-type]
+    with pytest.raises(reprolm.InvalidTypeError, match="prompt_ids"):
+        toy.beam_search(None, beam_width=2, max_tokens=1)  # type: ignore[arg-type]
