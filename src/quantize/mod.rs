@@ -89,13 +89,20 @@ fn rewrite(
     for (info, &ty) in file.tensors().iter().zip(plan) {
         writer.add_tensor(TensorSpec { name: info.name.clone(), dims: info.dims.clone(), ggml_type: ty })?;
     }
+    // Rows are transcoded on a pool of this call's own rather than rayon's global one, which a
+    // child forked after the parent used it would not have (its threads are the parent's).
+    let pool = rayon::ThreadPoolBuilder::new()
+        .build()
+        .map_err(|e| Error::Unsupported(format!("cannot start worker threads: {e}")))?;
     let mut reports = Vec::new();
-    writer.write(dst, |i, buf| {
-        let (info, ty) = (&file.tensors()[i], plan[i]);
-        if let Some(report) = transcode(file, info, ty, scheme, buf)? {
-            reports.push(report);
-        }
-        Ok(())
+    pool.install(|| {
+        writer.write(dst, |i, buf| {
+            let (info, ty) = (&file.tensors()[i], plan[i]);
+            if let Some(report) = transcode(file, info, ty, scheme, buf)? {
+                reports.push(report);
+            }
+            Ok(())
+        })
     })?;
     Ok(reports)
 }

@@ -59,3 +59,27 @@ def test_a_forked_child_keeps_working(model_path: Path) -> None:
     # The parent is unaffected.
     assert work(model) == expected
     assert np.frombuffer(expected["logits"], dtype=np.float32).shape == (5 * model.config.vocab_size,)
+
+
+def quantize_child(src: str, dst: str, conn: multiprocessing.connection.Connection) -> None:
+    reprolm.quantize(src, dst, type="q8_0")
+    conn.send(Path(dst).read_bytes() == Path(dst + ".parent").read_bytes())
+    conn.close()
+
+
+def test_quantize_works_in_a_forked_child(model_path: Path, tmp_path: Path) -> None:
+    # The parent's quantize used worker threads; the child must not wait for them.
+    dst = tmp_path / "q8.gguf"
+    reprolm.quantize(model_path, str(dst) + ".parent", type="q8_0")
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=quantize_child, args=(str(model_path), str(dst), send))
+    process.start()
+    send.close()
+    try:
+        assert receive.poll(300), "quantize hung in the forked child"
+        assert receive.recv() is True  # the same file, byte for byte
+    finally:
+        process.join(10)
+        if process.is_alive():
+            process.kill()
