@@ -354,22 +354,14 @@ unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>,
     }
 }
 
-/// Tokens of one tile (the accumulators of 2 rows x 4 tokens fill the register file).
-const TILE_TOKENS: usize = 4;
-
 /// Walks token blocks, then rows, then tiles of up to 2 rows x 4 tokens: each unpacked
-/// weight group serves every token of the tile, each loaded activation every row. When a
-/// block has more tokens than one tile, a quantized row tile is dequantized once into a
-/// buffer (the same `d * q` values) that all its token tiles read, instead of once per tile.
+/// weight group serves every token of the tile, each loaded activation every row.
 #[inline(always)]
 unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
     let row_bytes = w.row_bytes();
-    let cols = act.cols;
+    let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
     // One token has nothing to share an activation with; two rows would only add pressure.
     let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS } else { 1 };
-    let dequantize_once = W::SCALED && act.n_tokens > TILE_TOKENS;
-    // [tile_rows][cols] the current row tile's weights (when dequantized once)
-    let mut buf = if dequantize_once { vec![0f32; tile_rows * cols] } else { Vec::new() };
     for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
         let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
         let mut r = rows.start;
@@ -378,78 +370,24 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
             let row = w.data.as_ptr().add(r * row_bytes);
             let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
             prefetch(row.add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
-            if dequantize_once {
-                dequantize_rows::<L, W>(row, row_bytes, cols, nr, &mut buf);
-            }
             let mut t = t_block;
             while t < t_end {
-                let at = TileAt { row, row_bytes, cols, act, t, out, r };
-                t += if dequantize_once {
-                    tile_shape::<L, W, true>(nr, t_end - t, at, buf.as_ptr())
-                } else {
-                    tile_shape::<L, W, false>(nr, t_end - t, at, std::ptr::null())
+                let x = act.x.as_ptr().add(t * cols);
+                let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
+                let o = out.ptr.add(t * out.token_stride + r);
+                let s = out.token_stride;
+                t += match (nr, t_end - t) {
+                    (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
+                    (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
+                    (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
+                    (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
+                    (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
+                    (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
+                    (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
+                    (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
                 };
             }
             r += nr;
-        }
-    }
-}
-
-/// Where a tile starts: its first weight row, its first token, its output.
-#[derive(Clone, Copy)]
-struct TileAt<'a> {
-    row: *const u8,
-    row_bytes: usize,
-    cols: usize,
-    act: &'a Activations<'a>,
-    t: usize,
-    out: OutPtr,
-    r: usize,
-}
-
-/// The tile of `nr` rows and up to 4 of `tokens_left` tokens at `at`; returns its tokens.
-#[inline(always)]
-unsafe fn tile_shape<L: Lanes16, W: WeightGroup, const PRE: bool>(
-    nr: usize,
-    tokens_left: usize,
-    at: TileAt<'_>,
-    pre: *const f32,
-) -> usize {
-    let TileAt { row, row_bytes, cols, act, t, out, r } = at;
-    let x = act.x.as_ptr().add(t * cols);
-    let gs = if W::OFFSET { act.gs.as_ptr().add(t * group_sums_len(cols)) } else { x };
-    let o = out.ptr.add(t * out.token_stride + r);
-    let s = out.token_stride;
-    match (nr, tokens_left) {
-        (1, 1) => tile::<L, W, 1, 1, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-        (1, 2) => tile::<L, W, 1, 2, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-        (1, 3) => tile::<L, W, 1, 3, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-        (1, _) => tile::<L, W, 1, 4, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-        (_, 1) => tile::<L, W, 2, 1, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-        (_, 2) => tile::<L, W, 2, 2, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-        (_, 3) => tile::<L, W, 2, 3, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-        (_, _) => tile::<L, W, 2, 4, PRE>(row, row_bytes, cols, x, gs, o, s, pre),
-    }
-}
-
-/// The weights `d * q` of `nr` consecutive packed rows into `buf` ([nr][cols]), computed as
-/// [`tile`] computes them.
-#[inline(always)]
-unsafe fn dequantize_rows<L: Lanes16, W: WeightGroup>(row: *const u8, row_bytes: usize, cols: usize, nr: usize, buf: &mut [f32]) {
-    let groups = cols / GROUP;
-    for r in 0..nr {
-        let codes = row.add(r * row_bytes);
-        let scales = codes.add(groups * W::CODE_BYTES);
-        let mut d = [0f32; 16];
-        for chunk in (0..groups).step_by(16) {
-            f16_chunk::<L>(scales.add(2 * chunk), (groups - chunk).min(16)).store(d.as_mut_ptr());
-            for (j, &dj) in d.iter().enumerate().take((groups - chunk).min(16)) {
-                let g = chunk + j;
-                let (lo, hi) = W::weights::<L>(codes.add(g * W::CODE_BYTES), L::splat(dj));
-                let dst = buf.as_mut_ptr().add(r * cols + g * GROUP);
-                lo.store(dst);
-                hi.store(dst.add(GROUP / 2));
-            }
         }
     }
 }
@@ -481,12 +419,9 @@ pub(crate) unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
 }
 
 /// `NR` consecutive weight rows (from `row`, `row_bytes` apart) against `NT` consecutive
-/// tokens, each output by the op order of [`groups`]; returns `NT`. With `PRE`, the rows'
-/// weights are read from `pre` ([NR][cols], from [`dequantize_rows`]) instead of being
-/// dequantized here: the same values, so the same bits.
+/// tokens, each output by the op order of [`groups`]; returns `NT`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize, const PRE: bool>(
+unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
     row: *const u8,
     row_bytes: usize,
     cols: usize,
@@ -494,7 +429,6 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize, con
     gs: *const f32,
     out: *mut f32,
     out_stride: usize,
-    pre: *const f32,
 ) -> usize {
     let groups = cols / GROUP;
     let gs_len = group_sums_len(cols);
@@ -512,7 +446,7 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize, con
     let mut d = [[0f32; 16]; NR];
     for chunk in (0..groups).step_by(16) {
         let n = (groups - chunk).min(16);
-        if W::SCALED && !PRE {
+        if W::SCALED {
             for r in 0..NR {
                 f16_chunk::<L>(d_ptr[r].add(2 * chunk), n).store(d[r].as_mut_ptr());
             }
@@ -522,13 +456,8 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize, con
             let g = chunk + j;
             let mut w = [(L::zero(), L::zero()); NR];
             for r in 0..NR {
-                w[r] = if PRE {
-                    let p = pre.add(r * cols + g * GROUP);
-                    (L::load(p), L::load(p.add(GROUP / 2)))
-                } else {
-                    let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
-                    W::weights::<L>(rows[r].add(g * W::CODE_BYTES), dv)
-                };
+                let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
+                w[r] = W::weights::<L>(rows[r].add(g * W::CODE_BYTES), dv);
             }
             for t in 0..NT {
                 let xt = x.add(t * cols + g * GROUP);
