@@ -29,11 +29,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 # Absolute imports: these are the top-level ``ray`` and ``pyarrow`` packages, not this module.
 try:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
     import ray
     import ray.data
-except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError("reprolm.ray needs Ray Data: pip install 'reprolm[ray]'") from error
+except ImportError:  # pragma: no cover - depends on the environment (the cause stays chained)
+    raise ImportError("reprolm.ray needs Ray Data: pip install 'reprolm[ray]'")
 
 from ._download import fetch_default_model
 from ._model import Model, Precision
@@ -269,7 +269,7 @@ class Predictor:
 
 
 def generate(
-    dataset: Any,
+    dataset: ray.data.Dataset,
     *,
     model: ModelSpec = "default",
     prompt_column: str = "prompt",
@@ -289,7 +289,7 @@ def generate(
     key_column: Optional[str] = None,
     output_prefix: str = "",
     **ray_remote_args: Any,
-) -> Any:
+) -> ray.data.Dataset:
     """``dataset`` (a ``ray.data.Dataset``) with a completion for each row: a lazy
     ``ray.data.Dataset`` whose rows carry the output columns (see the module's documentation).
 
