@@ -67,13 +67,13 @@ def main() -> None:
     print(f"CPU: {cpu_name()}")
     print(f"{args.rows} rows, prompts of {n_prompt:.1f} tokens on average, {args.max_tokens} generated tokens each, "
           f"batch size {args.batch_size} (Ray)")
-    print(f"  {'configuration':<22} {'seconds':>8} {'rows/s':>8} {'tok/s':>8}")
+    print(f"  {'configuration':<24} {'seconds':>8} {'rows/s':>8} {'tok/s':>8}")
 
     results: dict[str, dict[int, list[int]]] = {}
 
     def report(name: str, seconds: float, out: dict[int, list[int]]) -> None:
         results[name] = out
-        print(f"  {name:<22} {seconds:8.2f} {args.rows / seconds:8.2f} {args.rows * args.max_tokens / seconds:8.1f}",
+        print(f"  {name:<24} {seconds:8.2f} {args.rows / seconds:8.2f} {args.rows * args.max_tokens / seconds:8.1f}",
               flush=True)
 
     model = reprolm.Model.load(probe.model.path, threads=1)

@@ -24,6 +24,9 @@ import ray.data
 import reprolm
 import reprolm.ray as rray
 
+# Ray Data's own DataContext warns about its deprecated settings on first use.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
+
 MAX_TOKENS = 5
 
 # Mixed samplers, assigned to rows in turn through the sampler column (None: the default,
