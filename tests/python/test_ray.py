@@ -124,11 +124,12 @@ def cluster() -> Iterator[None]:
 
 
 class PidPredictor(rray.Predictor):
-    """Also records which actor process computed each row."""
+    """Also records which actor process computed each row, and the reprolm it imported."""
 
     def __call__(self, batch: Any) -> Any:
         table = super().__call__(batch)
-        return table.append_column("pid", pa.array([os.getpid()] * table.num_rows, pa.int64()))
+        table = table.append_column("pid", pa.array([os.getpid()] * table.num_rows, pa.int64()))
+        return table.append_column("reprolm", pa.array([reprolm.__file__] * table.num_rows, pa.string()))
 
 
 class DiesOncePredictor(rray.Predictor):
@@ -166,6 +167,7 @@ def test_same_bits_for_any_actors_and_batch_size(
     assert len(out) == 200
     assert outputs(out) == expected
     assert {r["prompt"] for r in out} == {r["prompt"] for r in rows()}  # input columns kept
+    assert {r["reprolm"] for r in out} == {reprolm.__file__}  # the actors run this reprolm
     if actors == 2 and batch_size < 64:
         assert len({r["pid"] for r in out}) == 2  # both actors did compute rows
 
