@@ -269,3 +269,10 @@ def test_settings_are_checked_before_any_actor_starts(tmp_path: Path) -> None:
 def test_a_sampler_pickles_as_its_settings() -> None:
     sampler = reprolm.Sampler(temperature=0.7, top_p=0.9, logit_bias={13: -2.0}, seed=5)
     assert pickle.loads(pickle.dumps(sampler)) == sampler
+
+
+def test_a_model_path_missing_on_a_node_fails_clearly(cluster: None, tmp_path: Path) -> None:
+    missing = tmp_path / "model.gguf"
+    with pytest.raises(Exception, match="every node") as raised:
+        rray.generate(ray.data.from_items([{"prompt": "Hello"}]), model=missing, max_tokens=2).take_all()
+    assert str(missing) in str(raised.value)
