@@ -13,8 +13,8 @@ ids of the final distribution. The functions below run the same Rust code as gen
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -109,6 +109,11 @@ class Sampler:
             seed=int(self.seed),
             top_logprobs=_count("top_logprobs", self.top_logprobs),
         )
+
+    def __reduce__(self) -> tuple[type["Sampler"], tuple[Any, ...]]:
+        """Pickles as its settings (the validated engine object is rebuilt when loaded), so a
+        sampler can be sent to other processes, such as Ray actors."""
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))
 
     @classmethod
     def greedy(cls) -> "Sampler":

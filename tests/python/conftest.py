@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,10 @@ import pytest
 import reprolm
 
 DATA = Path(__file__).resolve().parent.parent / "data"
+
+# ray.init() in the tests (and in the README examples they run) starts a Ray instance of its
+# own: never join a cluster that happens to run on this machine.
+os.environ["RAY_ADDRESS"] = "local"
 
 
 @pytest.fixture(scope="session")

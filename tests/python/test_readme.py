@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import reprolm
+import reprolm.ray
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
@@ -29,8 +30,9 @@ def run_block(marker: str) -> tuple[dict[str, Any], str]:
 
 
 def test_the_blocks_are_found() -> None:
-    assert len(BLOCKS) == 6
-    for marker in ["Hello world", "Write a haiku", "model.submit", "model.chat(messages", "logit_bias", "CallableModel"]:
+    assert len(BLOCKS) == 7
+    for marker in ["Hello world", "Write a haiku", "model.submit", "model.chat(messages", "reprolm.ray.generate",
+                   "logit_bias", "CallableModel"]:
         assert sum(marker in b for b in BLOCKS) == 1, marker
 
 
@@ -91,3 +93,24 @@ def test_sampling_and_toy_models(marker: str) -> None:
     if marker == "logit_bias":
         out = ns["out"]
         assert len(out.steps) == len(out.token_ids) and all(1 <= len(s.alternatives) <= 3 for s in out.steps)
+
+
+def test_ray_example(model: reprolm.Model) -> None:
+    """The Ray example (a local Ray instance: conftest sets RAY_ADDRESS=local) gives each row
+    what generating it alone gives, with the seed derived from its id."""
+    import ray
+
+    try:
+        ns, printed = run_block("reprolm.ray.generate")
+    finally:
+        ray.shutdown()
+    rows = ns["rows"]
+    assert [r["id"] for r in rows] == list(range(8))
+    for row in rows:
+        sampler = reprolm.Sampler(temperature=0.7, seed=reprolm.ray.row_seed(0, row["id"]))
+        local = model.generate(row["prompt"], max_tokens=12, sampler=sampler)
+        assert (row["text"], list(row["token_ids"]), row["finish_reason"], row["error"]) == (
+            local.text, local.token_ids, local.finish_reason, None)
+    third = rows[3]
+    assert f"{third['text']} {third['finish_reason']} None" in printed.splitlines()
+    assert f"# {third['text']!r} {third['finish_reason']!r} None" in README
