@@ -153,7 +153,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise ValueError("--threads must be >= 1")
     path = _model_path(args)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"no such model file: {path}")
     config = ServerConfig(
         model_path=path, host=args.host, port=args.port, threads=args.threads, precision=args.precision,
