@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import reprolm
+
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
 
@@ -27,8 +29,9 @@ def run_block(marker: str) -> tuple[dict[str, Any], str]:
 
 
 def test_the_blocks_are_found() -> None:
-    assert len(BLOCKS) == 5
-    for marker in ["Hello world", "Write a haiku", "model.chat(messages", "logit_bias", "CallableModel"]:
+    assert len(BLOCKS) == 6
+    for marker in ["Hello world", "Write a haiku", "model.chat(messages", "logit_bias", "CallableModel",
+                   "running(config)"]:
         assert sum(marker in b for b in BLOCKS) == 1, marker
 
 
@@ -73,3 +76,15 @@ def test_sampling_and_toy_models(marker: str) -> None:
     if marker == "logit_bias":
         out = ns["out"]
         assert len(out.steps) == len(out.token_ids) and all(1 <= len(s.alternatives) <= 3 for s in out.steps)
+
+
+def test_server_in_process() -> None:
+    ns, printed = run_block("running(config)")
+    reply, fingerprint, choices = printed.splitlines()
+    assert "# The capital of France is Paris." in README and reply == "The capital of France is Paris."
+    assert "# reprolm-0.1.0-b179c9523d0e (version, file hash)" in README
+    assert fingerprint == ns["reply"].system_fingerprint and fingerprint.startswith(f"reprolm-{reprolm.__version__}-")
+    model = reprolm.Model.default()
+    expected = [model.generate("Once upon a time", max_tokens=16, sampler=reprolm.Sampler(temperature=0.8, seed=7 + i)).text
+                for i in range(2)]
+    assert choices == repr(expected)
