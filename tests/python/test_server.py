@@ -360,7 +360,7 @@ def test_disconnect_cancels_the_sequence(server: ServerProcess, stream: bool) ->
 def small_server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(model_path, tmp_path_factory.mktemp("small") / "server.log", "--max-concurrent", "1",
                          "--max-queue", "1", "--max-body-bytes", "1000", "--grace-period", "1",
-                         "--alias", "tiny", api_key=None)
+                         "--context-length", "3500", "--alias", "tiny", api_key=None)
     try:
         yield proc
     finally:
@@ -384,8 +384,11 @@ def test_over_capacity_gets_429_with_retry_after(small_server: ServerProcess) ->
         assert _wait_for(lambda: small_server.metrics()["reprolm_sequences_in_flight"] == 0, timeout=5)
         ok = http.post("/v1/completions", json={"model": "tiny", "prompt": "Hi", "max_tokens": 2})
         assert ok.status_code == 200 and ok.json()["model"] == "tiny"
-        # the body limit is the server's option
+        # the body limit and the context length are the server's options
         assert http.post("/v1/completions", json={"model": "tiny", "prompt": "x" * 2000}).status_code == 413
+        r = http.post("/v1/completions", json={"model": "tiny", "prompt": "Hi", "max_tokens": 4000})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.json()["error"]["param"] == "max_tokens" and "3500" in r.json()["error"]["message"]
 
 
 def test_health_is_503_while_loading_and_a_failed_load_exits(tmp_path: Path) -> None:

@@ -574,6 +574,8 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
                 return _error_response(e)
             except _ClientGone:
                 return _json(error_body("the client closed the connection", type="invalid_request_error"), 499)
+            except errors.ReprolmError as e:  # the engine failed a request it had accepted
+                return _error_response(_engine_error(e, "prompt"))
             except Exception as e:  # a bug: answered as one, never a dropped connection
                 log.exception("reprolm: internal error")
                 return _error_response(ApiError(500, f"internal error: {type(e).__name__}: {e}",
