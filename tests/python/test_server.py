@@ -377,6 +377,9 @@ def test_over_capacity_gets_429_with_retry_after(small_server: ServerProcess) ->
             assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
             assert r.json()["error"]["type"] == "rate_limit_error"
             assert http.post("/v1/completions", json={**body, "n": 2}).status_code == 429
+            # more sequences than the server could ever hold is the request's fault: 400
+            r = http.post("/v1/completions", json={**body, "n": 3})
+            assert r.status_code == 400 and "at most 2" in r.json()["error"]["message"]
             client = openai.OpenAI(base_url=f"{small_server.url}/v1", api_key="none", max_retries=0)
             with pytest.raises(openai.RateLimitError):
                 client.completions.create(model="tiny", prompt="Hi", max_tokens=1)

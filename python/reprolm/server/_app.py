@@ -227,9 +227,13 @@ class _Server:
             raise ApiError(404, f"the model '{name}' does not exist; this server serves '{self.config.model_id}'",
                            param="model", code="model_not_found")
 
-    def reserve(self, sequences: int) -> None:
-        """Counts ``sequences`` in flight, or answers 429 if they would exceed the limits."""
+    def reserve(self, sequences: int, prompt_param: str) -> None:
+        """Counts ``sequences`` in flight, or answers 429 if they would exceed the limits now
+        (400 if they always would)."""
         limit = self.config.max_concurrent + self.config.max_queue
+        if sequences > limit:
+            raise ApiError(400, f"the request asks for {sequences} sequences (prompts x n) but the server runs or "
+                                f"queues at most {limit}", param=prompt_param, code="invalid_value")
         if self.in_flight + sequences > limit:
             raise ApiError(429, f"the server is at capacity ({self.in_flight} sequences running or queued, limit "
                                 f"{limit}); retry later", code="server_overloaded", headers={"Retry-After": "1"})
@@ -242,7 +246,7 @@ class _Server:
     ) -> list[_Choice]:
         """Submits choice ``i`` of every prompt (with ``samplers[i]``): ``len(prompts) * n``
         sequences, all or none."""
-        self.reserve(len(prompts) * n)
+        self.reserve(len(prompts) * n, prompt_param)
         choices: list[_Choice] = []
         try:
             for p, ids in enumerate(prompts):
