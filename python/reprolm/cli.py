@@ -142,23 +142,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from .server import ServerConfig, serve
     except ImportError as e:
         raise ReprolmError(f"the server needs the 'server' extra: pip install 'reprolm[server]' ({e})") from None
-    for name in ("max_concurrent", "port"):
-        if getattr(args, name) < (0 if name == "port" else 1):
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {0 if name == 'port' else 1}")
-    for name in ("max_queue", "max_body_bytes"):
-        if getattr(args, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
-    if args.context_length is not None and args.context_length < 1:
-        raise ValueError("--context-length must be >= 1")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError("--threads must be >= 1")
+    minimum = {"port": 0, "max_concurrent": 1, "max_queue": 0, "max_body_bytes": 0, "threads": 1,
+               "context_length": 1, "max_batch_tokens": 1}
+    for name, least in minimum.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {least}")
+    if args.port > 65535:
+        raise ValueError("--port must be <= 65535")
+    if args.grace_period < 0:
+        raise ValueError("--grace-period must be >= 0")
     path = _model_path(args)
     if not path.exists():
-        raise FileNotFoundError(f"no such model file: {path}")
+        raise FileNotFoundError(f"no such file: {path}")
     config = ServerConfig(
         model_path=path, host=args.host, port=args.port, threads=args.threads, precision=args.precision,
         max_concurrent=args.max_concurrent, max_queue=args.max_queue, context_length=args.context_length,
         api_key=args.api_key, alias=args.alias, max_body_bytes=args.max_body_bytes, grace_period=args.grace_period,
+        max_batch_tokens=args.max_batch_tokens,
     )
     return serve(config)
 
@@ -313,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sequences waiting beyond --max-concurrent; more get 429 with Retry-After (default 256)")
     sv.add_argument("--context-length", type=int, default=None, metavar="N",
                     help="most positions (prompt + generated) per sequence (default: the model's)")
+    sv.add_argument("--max-batch-tokens", type=int, default=None, metavar="N",
+                    help="rows per forward pass (default 512); smaller keeps long prompts from stalling the "
+                         "other sequences' tokens")
     sv.add_argument("--api-key", default=None, metavar="KEY",
                     help="require 'Authorization: Bearer KEY' on every endpoint but /health (401 otherwise)")
     sv.add_argument("--alias", default=None, metavar="NAME",

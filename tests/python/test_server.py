@@ -255,6 +255,7 @@ BAD_REQUESTS: list[tuple[str, str, bytes, int, Any]] = [
     ("max_tokens past the context", "/v1/completions", _with(COMPLETION, max_tokens=10**6), 400, "max_tokens"),
     ("temperature -1", "/v1/completions", _with(COMPLETION, temperature=-1), 400, "temperature"),
     ("top_p 2", "/v1/chat/completions", _with(CHAT, top_p=2), 400, "top_p"),
+    ("top_k past 2**63", "/v1/completions", _with(COMPLETION, top_k=10**30), 400, "top_k"),
     ("presence_penalty 5", "/v1/chat/completions", _with(CHAT, presence_penalty=5), 400, "presence_penalty"),
     ("unknown model", "/v1/completions", _with(COMPLETION, model="gpt-4o"), 404, "model"),
     ("empty messages", "/v1/chat/completions", _with(CHAT, messages=[]), 400, "messages"),

@@ -73,6 +73,9 @@ class ServerConfig:
     """Sequences waiting for the engine; beyond ``max_concurrent + max_queue`` the server answers 429."""
     context_length: Optional[int] = None
     """Most positions (prompt + generated) per sequence (default: the model's)."""
+    max_batch_tokens: Optional[int] = None
+    """Rows per forward pass (the engine's default, 512, if None): smaller keeps long prompts
+    from stalling the other sequences' next tokens, at some cost in prefill speed."""
     api_key: Optional[str] = None
     """When set, every endpoint but ``/health`` asks for ``Authorization: Bearer <api_key>``."""
     alias: Optional[str] = None
@@ -164,7 +167,7 @@ class _Server:
         try:
             fingerprint = model_fingerprint(c.model_path)
             model = Model.load(c.model_path, threads=c.threads, precision=c.precision,
-                               max_concurrent=c.max_concurrent)
+                               max_concurrent=c.max_concurrent, max_batch_tokens=c.max_batch_tokens)
         except Exception as e:  # reported by /health and the log; the server then exits
             self.load_error = f"{type(e).__name__}: {e}"
             log.error("reprolm: could not load %s: %s", c.model_path, self.load_error)

@@ -54,7 +54,7 @@ class _Sampling(_Body):
     user: Optional[str] = None
     response_format: Optional[dict[str, Any]] = None
     # reprolm's extras (extra_body in the openai client)
-    top_k: Optional[int] = Field(default=None, ge=0)
+    top_k: Optional[int] = Field(default=None, ge=0, le=2**63 - 1)  # (the Sampler's i64)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: Optional[float] = Field(default=None, gt=0.0)
     # accepted and ignored, as they change nothing here
