@@ -1,10 +1,11 @@
 """Serving throughput and latency: ``reprolm serve`` beside llama.cpp's ``llama-server``.
 
     python benches/server_throughput.py [--model PATH] [--threads 2] [--concurrency 1 8 32]
-                                        [--max-tokens 64] [--llama-server PATH | --no-llama]
+                                        [--max-tokens 64] [--requests-per-client 4]
+                                        [--llama-server PATH | --no-llama]
 
-For each concurrency C, C client threads each send requests one after another (4 x C
-requests in all, at least 16) to ``POST /v1/completions`` with ``stream: true``, over the same
+For each concurrency C, C client threads each send requests one after another (R x C
+requests in all with R = --requests-per-client, at least 8) to ``POST /v1/completions`` with ``stream: true``, over the same
 prompts (16 texts of 10 to 60 tokens, cycled) and the same sampling (temperature 0.8, top-p
 0.95, seed = request number), generating ``--max-tokens`` tokens each (the end-of-sequence
 token is banned, so every request runs to its length). Reported per server and C:
@@ -139,8 +140,8 @@ def one_request(http: httpx.Client, server: Server, model: str, i: int, max_toke
     return timing
 
 
-def run(server: Server, model: str, concurrency: int, max_tokens: int) -> dict[str, float]:
-    total = max(16, 4 * concurrency)
+def run(server: Server, model: str, concurrency: int, max_tokens: int, per_client: int) -> dict[str, float]:
+    total = max(8, per_client * concurrency)
     counter = iter(range(total))
     lock = threading.Lock()
     timings: list[Timing] = []
@@ -189,6 +190,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--requests-per-client", type=int, default=4)
     p.add_argument("--precision", default="float32")
     p.add_argument("--llama-server", type=Path,
                    default=Path.home() / ".cache" / "llamacpp-tools" / "bin" / "llama-server")
@@ -213,7 +215,7 @@ def main() -> int:
                                         "--grace-period", "1"], port, {})
     try:
         for c in args.concurrency:
-            results["reprolm"][c] = run(reprolm_server, model_id, c, args.max_tokens)
+            results["reprolm"][c] = run(reprolm_server, model_id, c, args.max_tokens, args.requests_per_client)
             print(f"  reprolm      C={c:<3} {fmt(results['reprolm'][c])}", flush=True)
     finally:
         reprolm_server.stop()
@@ -225,7 +227,7 @@ def main() -> int:
                                             "-np", str(c), "-c", str(512 * c), "--no-webui"],
                            port, {"ignore_eos": True})
             try:
-                results["llama-server"][c] = run(llama, model_id, c, args.max_tokens)
+                results["llama-server"][c] = run(llama, model_id, c, args.max_tokens, args.requests_per_client)
                 print(f"  llama-server C={c:<3} {fmt(results['llama-server'][c])}", flush=True)
             finally:
                 llama.stop()
