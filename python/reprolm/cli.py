@@ -137,6 +137,33 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         history.append({"role": "assistant", "content": reply})
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .server import ServerConfig, serve
+    except ImportError as e:
+        raise ReprolmError(f"the server needs the 'server' extra: pip install 'reprolm[server]' ({e})") from None
+    minimum = {"port": 0, "max_concurrent": 1, "max_queue": 0, "max_body_bytes": 0, "threads": 1,
+               "context_length": 1, "max_batch_tokens": 1}
+    for name, least in minimum.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {least}")
+    if args.port > 65535:
+        raise ValueError("--port must be <= 65535")
+    if args.grace_period < 0:
+        raise ValueError("--grace-period must be >= 0")
+    path = _model_path(args)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    config = ServerConfig(
+        model_path=path, host=args.host, port=args.port, threads=args.threads, precision=args.precision,
+        max_concurrent=args.max_concurrent, max_queue=args.max_queue, context_length=args.context_length,
+        api_key=args.api_key, alias=args.alias, max_body_bytes=args.max_body_bytes, grace_period=args.grace_period,
+        max_batch_tokens=args.max_batch_tokens,
+    )
+    return serve(config)
+
+
 def _cmd_download(args: argparse.Namespace) -> int:
     print(fetch_default_model(always=True))
     return 0
@@ -270,6 +297,35 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_options(c, 512)
     c.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
     c.set_defaults(run=_cmd_chat)
+
+    sv = sub.add_parser(
+        "serve", help="an OpenAI-compatible HTTP server (needs the 'server' extra)",
+        description="Serve the model over HTTP with OpenAI's API (/v1/completions, /v1/chat/completions, "
+                    "/v1/models) plus /health, /metrics, /tokenize and /detokenize. The same request with the "
+                    "same seed gets the same bytes however loaded the server is. SIGTERM or Ctrl-C stops "
+                    "accepting connections and lets in-flight requests finish within --grace-period.")
+    add_model_options(sv)
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
+    sv.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    sv.add_argument("--max-concurrent", type=int, default=64, metavar="N",
+                    help="sequences computed together (each choice of a request is one; default 64)")
+    sv.add_argument("--max-queue", type=int, default=256, metavar="N",
+                    help="sequences waiting beyond --max-concurrent; more get 429 with Retry-After (default 256)")
+    sv.add_argument("--context-length", type=int, default=None, metavar="N",
+                    help="most positions (prompt + generated) per sequence (default: the model's)")
+    sv.add_argument("--max-batch-tokens", type=int, default=None, metavar="N",
+                    help="rows per forward pass (default 512); smaller keeps long prompts from stalling the "
+                         "other sequences' tokens")
+    sv.add_argument("--api-key", default=None, metavar="KEY",
+                    help="require 'Authorization: Bearer KEY' on every endpoint but /health (401 otherwise)")
+    sv.add_argument("--alias", default=None, metavar="NAME",
+                    help="the model id clients name (default: the file name without .gguf)")
+    sv.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="N",
+                    help="larger request bodies get 413 (default 2 MiB)")
+    sv.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
+                    help="after SIGTERM, how long in-flight requests may take to finish (default 30)")
+    sv.set_defaults(run=_cmd_serve)
 
     i = sub.add_parser("inspect", help="print a GGUF file's metadata and tensor table",
                        description="Print a GGUF file's metadata and its tensors (name, type, shape, bytes).")

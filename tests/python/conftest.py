@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -47,3 +47,16 @@ def last_logits() -> np.ndarray:
 @pytest.fixture(scope="session")
 def all_positions_prompt2() -> np.ndarray:
     return np.load(DATA / "all_positions_prompt2.npy")
+
+
+@pytest.fixture(scope="session")
+def server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One ``reprolm serve`` (2 threads, an API key) shared by the server tests; always stopped."""
+    from _serving import ServerProcess
+
+    proc = ServerProcess(model_path, tmp_path_factory.mktemp("server") / "server.log", "--max-concurrent", "32",
+                         "--grace-period", "2")
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-MODEL_COMMANDS = ["generate", "chat", "inspect", "bench"]
+MODEL_COMMANDS = ["generate", "chat", "inspect", "bench", "serve"]
 COMMANDS = [*MODEL_COMMANDS, "download", "quantize", "convert"]
 
 
@@ -91,7 +91,7 @@ def test_download_into_an_empty_cache_shows_progress(tmp_path: Path, model_path:
     assert "verifying [" in out.stderr and "100%" in out.stderr
 
 
-@pytest.mark.parametrize("command", ["generate", "chat", "inspect", "bench"])
+@pytest.mark.parametrize("command", ["generate", "chat", "inspect", "bench", "serve"])
 def test_bad_model_path_is_one_clear_line(tmp_path: Path, command: str) -> None:
     missing = tmp_path / "missing.gguf"
     args = [command, "hi"] if command == "generate" else [command]
@@ -111,6 +111,9 @@ def test_bad_file_and_bad_settings(tmp_path: Path) -> None:
     assert out.returncode == 1 and "threads" in out.stderr and len(out.stderr.splitlines()) == 1
     out = run("generate", "hi", "--temperature", "-1")
     assert out.returncode == 1 and "temperature" in out.stderr and len(out.stderr.splitlines()) == 1
+    for flag, value in [("--port", "-1"), ("--max-concurrent", "0"), ("--max-queue", "-1"), ("--threads", "0")]:
+        out = run("serve", flag, value)
+        assert out.returncode == 1 and out.stderr == f"reprolm: error: {flag} must be >= {int(value) + 1}\n", out.stderr
 
 
 @pytest.mark.parametrize(

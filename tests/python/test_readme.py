@@ -30,9 +30,9 @@ def run_block(marker: str) -> tuple[dict[str, Any], str]:
 
 
 def test_the_blocks_are_found() -> None:
-    assert len(BLOCKS) == 7
+    assert len(BLOCKS) == 8
     for marker in ["Hello world", "Write a haiku", "model.submit", "model.chat(messages", "reprolm.ray.generate",
-                   "logit_bias", "CallableModel"]:
+                   "logit_bias", "CallableModel", "running(config)"]:
         assert sum(marker in b for b in BLOCKS) == 1, marker
 
 
@@ -114,3 +114,15 @@ def test_ray_example(model: reprolm.Model) -> None:
     third = rows[3]
     assert f"{third['text']} {third['finish_reason']} None" in printed.splitlines()
     assert f"# {third['text']!r} {third['finish_reason']!r} None" in README
+
+
+def test_server_in_process() -> None:
+    ns, printed = run_block("running(config)")
+    reply, fingerprint, choices = printed.splitlines()
+    assert "# The capital of France is Paris." in README and reply == "The capital of France is Paris."
+    assert "# reprolm-0.1.0-b179c9523d0e (version, file hash)" in README
+    assert fingerprint == ns["reply"].system_fingerprint and fingerprint.startswith(f"reprolm-{reprolm.__version__}-")
+    model = reprolm.Model.default()
+    expected = [model.generate("Once upon a time", max_tokens=16, sampler=reprolm.Sampler(temperature=0.8, seed=7 + i)).text
+                for i in range(2)]
+    assert choices == repr(expected)
