@@ -398,7 +398,10 @@ class Model:
             template=template, variables=variables,
         )
 
-    def _chat_ids(self, messages: Sequence[Message], template: Optional[str]) -> list[int]:
+    def chat_ids(self, messages: Sequence[Message], *, template: Optional[str] = None) -> list[int]:
+        """The prompt :meth:`chat` generates from: ``messages`` rendered by
+        :meth:`apply_chat_template` (with the generation prompt), tokenized with special
+        tokens parsed."""
         ids = self.tokenize(self.apply_chat_template(messages, template=template), special=True)
         # A template that writes bos_token itself, for a tokenizer that also prepends it.
         bos = self.config.bos_id
@@ -419,7 +422,7 @@ class Model:
         """The assistant's reply to ``messages``: the chat rendered by
         :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
         reply's text leaves out the end-of-turn token."""
-        return self.generate(self._chat_ids(messages, template), max_tokens=max_tokens, sampler=sampler, stop=stop,
+        return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
                              stop_token_ids=stop_token_ids)
 
     def chat_stream(
@@ -433,7 +436,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
     ) -> Iterator[Chunk]:
         """:meth:`chat`, streamed as :meth:`stream` does."""
-        return self.stream(self._chat_ids(messages, template), max_tokens=max_tokens, sampler=sampler, stop=stop,
+        return self.stream(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
                            stop_token_ids=stop_token_ids)
 
 

@@ -112,8 +112,8 @@ class Request:
 
 
 def _chunk(item: "_ChunkTuple") -> Chunk:
-    text, token_ids, reason, logprobs, _step = item
-    return Chunk(text, token_ids, reason, logprobs)
+    text, token_ids, reason, logprobs, step = item
+    return Chunk(text, token_ids, reason, logprobs, None if step is None else StepInfo._from_core(step))
 
 
 def _collect(prompt_ids: list[int], items: Iterator["_ChunkTuple"]) -> Completion:

@@ -51,3 +51,6 @@ class Chunk:
     """Set on the last chunk only."""
     logprobs: list[float] = field(repr=False, default_factory=list)
     """ln q(token) for each id of the chunk, as in :attr:`Completion.logprobs`."""
+    step: Optional[StepInfo] = field(repr=False, default=None)
+    """The token's statistics (as in :attr:`Completion.steps`), when the request asked for
+    them with ``logprobs=N``."""

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import (TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Optional, Sequence,
+from typing import (Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Optional, Sequence,
                     TypeVar, Union, cast)
 
 from starlette.applications import Starlette
@@ -34,13 +34,11 @@ from .._core import __version__
 from .._decoding import StepInfo
 from .._model import EngineStats, Model, Precision
 from .._request import Request
+from .._results import Chunk
 from ..sampling import Sampler
 from ._errors import ApiError, error_body
 from ._metrics import CONTENT_TYPE, Metrics
 from ._schema import ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, parse_json, validate
-
-if TYPE_CHECKING:
-    from .._core import _ChunkTuple
 
 __all__ = ["ServerConfig", "create_app", "model_fingerprint"]
 
@@ -282,17 +280,17 @@ class _Server:
         start = time.perf_counter()
         last: Optional[float] = None
         # (an async generator, typed as the iterator it is used as)
-        items = cast("AsyncGenerator[_ChunkTuple, None]", choice.request._items())
+        chunks = cast("AsyncGenerator[Chunk, None]", choice.request.__aiter__())
         try:
-            async for text, token_ids, reason, _lps, step in items:
+            async for chunk in chunks:
                 now = time.perf_counter()
-                if token_ids:
+                if chunk.token_ids:
                     (self.metrics.ttft if last is None else self.metrics.itl).observe(now - (last or start))
                     last = now
-                choice.finished = reason is not None
-                yield _Event(text, list(token_ids), reason, None if step is None else StepInfo._from_core(step))
+                choice.finished = chunk.finish_reason is not None
+                yield _Event(chunk.text, list(chunk.token_ids), chunk.finish_reason, chunk.step)
         finally:
-            await items.aclose()
+            await chunks.aclose()
             self.release([choice])
 
     async def merged(self, choices: list[_Choice]) -> AsyncGenerator[tuple[_Choice, _Event], None]:
@@ -676,7 +674,7 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text(),
                      **({"name": m.name} if m.name else {})} for m in body.messages]
         try:
-            ids = model._chat_ids(messages, None)
+            ids = model.chat_ids(messages)
         except (errors.ChatTemplateError, errors.InvalidArgumentError) as e:
             raise ApiError(400, f"invalid value for 'messages': {e}", param="messages", code="invalid_value") from None
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
