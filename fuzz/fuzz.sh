@@ -19,13 +19,15 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
  -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
  -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
 
-# Per-target libFuzzer settings: input size limit, per-input timeout (s), memory limit (MB).
+# Per-target libFuzzer settings: input size limit, per-input timeout (s), memory limits (MB;
+# chat templates get more: minijinja lets one operation build a 100 MB string or a 10^8-item
+# list, see README "Hostile files").
 flags() {
     case "$1" in
         gguf) echo "-max_len=65536 -timeout=10 -rss_limit_mb=4096" ;;
         state) echo "-max_len=100000 -timeout=10 -rss_limit_mb=4096" ;;
         tokenizer) echo "-max_len=4096 -timeout=10 -rss_limit_mb=4096" ;;
-        chat) echo "-max_len=16384 -timeout=10 -rss_limit_mb=4096 -malloc_limit_mb=1024" ;;
+        chat) echo "-max_len=16384 -timeout=10 -rss_limit_mb=6144 -malloc_limit_mb=6144" ;;
         sampler) echo "-max_len=1024 -timeout=10 -rss_limit_mb=4096" ;;
         *) echo "unknown target $1" >&2; exit 2 ;;
     esac
