@@ -19,6 +19,11 @@
 //! Loading checks, in order: magic, version, checksum (so a truncated or altered file is
 //! rejected before any field is trusted), model fingerprint, then every field's consistency;
 //! each failure is a typed error, never a panic or a silently wrong state.
+//!
+//! Memory: loading holds the file's bytes, the token ids (the file's size again at most) and a
+//! KV cache of the saved capacity, which must not exceed the saved slots, the model's context
+//! length, or half the available memory (whichever is largest), so a short hostile file
+//! cannot ask for a huge cache.
 
 use std::io::Write;
 use std::path::Path;
@@ -179,6 +184,21 @@ impl Session {
             .and_then(|n| n.checked_add(HEADER_BYTES));
         if body_len != Some(body.len()) {
             return Err(bad("the file's length does not match its header"));
+        }
+        // The cache is allocated at its full capacity, most of it empty: a capacity beyond the
+        // saved slots must be one a new session could have (the model's context length, or a
+        // cache that fits in half the available memory), or a 100-byte file could ask for
+        // terabytes.
+        let per_position = engine.kv_bytes_per_position(dtype);
+        let fits = || {
+            crate::engine::available_memory()
+                .is_some_and(|m| capacity.checked_mul(per_position).is_some_and(|b| b <= m / 2))
+        };
+        if capacity > slots.max(cfg.context_length) && !fits() {
+            return Err(bad(&format!(
+                "a cache of {capacity} positions exceeds the model's context length {} and half the available memory",
+                cfg.context_length
+            )));
         }
         let tokens: Vec<u32> = r.take(4 * n_tokens)?.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
         engine.check_ids(&tokens).map_err(|e| bad(&format!("saved tokens: {e}")))?;

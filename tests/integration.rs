@@ -9,6 +9,8 @@ mod chapter;
 mod decode;
 mod forward_int8;
 mod forward_reference;
+mod fuzz_corpora;
+mod fuzz_regressions;
 mod kernels;
 mod kernels_int8;
 mod quantize;

@@ -94,15 +94,25 @@ impl GgufFile {
             });
         }
         if meta.len() < 24 {
-            return Err(Error::Format(format!(
-                "{}: {} bytes is too short for a GGUF header",
-                path.display(),
-                meta.len()
-            )));
+            return Err(too_short(&path, meta.len()));
         }
         // SAFETY: the map is read-only; reprolm never writes through it. Another process
         // truncating the file while it is mapped is outside what any mmap reader can guard.
         let map = unsafe { Mmap::map(&file) }.map_err(io_err)?;
+        Self::parse(path, Arc::new(map))
+    }
+
+    /// Parses a GGUF file held in memory (copied into an anonymous map), as [`GgufFile::open`]
+    /// would parse the same bytes from a file; [`GgufFile::path`] is then `<memory>`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let path = PathBuf::from("<memory>");
+        if bytes.len() < 24 {
+            return Err(too_short(&path, bytes.len() as u64));
+        }
+        let io_err = |source| Error::Io { path: path.clone(), source };
+        let mut map = memmap2::MmapMut::map_anon(bytes.len()).map_err(io_err)?;
+        map.copy_from_slice(bytes);
+        let map = map.make_read_only().map_err(io_err)?;
         Self::parse(path, Arc::new(map))
     }
 
@@ -287,6 +297,10 @@ impl GgufFile {
     pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
         &self.map[info.offset..info.offset + info.n_bytes]
     }
+}
+
+fn too_short(path: &Path, len: u64) -> Error {
+    Error::Format(format!("{}: {len} bytes is too short for a GGUF header", path.display()))
 }
 
 fn align_up(x: u64, alignment: u64) -> u64 {

@@ -62,7 +62,16 @@ impl Processors {
 
     /// Applies steps 1-4 to `z` in place. `history` ids are in range and `n_prompt <=
     /// history.len()` (checked by the caller).
-    pub(crate) fn apply(&mut self, z: &mut [f64], history: &[u32], n_prompt: usize) {
+    /// Applies the stages to `z` and returns the first token whose logit they turned into NaN
+    /// or +inf (extreme settings can: a repetition penalty of 1e-300 divides a positive logit
+    /// to +inf), with that value; the caller must then not use `z`.
+    pub(crate) fn apply(&mut self, z: &mut [f64], history: &[u32], n_prompt: usize) -> Option<(u32, f64)> {
+        let mut overflow = None;
+        let mut check = |id: u32, logit: f64| {
+            if overflow.is_none() && (logit.is_nan() || logit == f64::INFINITY) {
+                overflow = Some((id, logit));
+            }
+        };
         if self.repetition_penalty != 1.0 {
             let window = self.penalty_window.unwrap_or(history.len()).min(history.len());
             let recent = &history[history.len() - window..];
@@ -73,6 +82,7 @@ impl Processors {
                     let logit = &mut z[id as usize];
                     *logit =
                         if *logit > 0.0 { *logit / self.repetition_penalty } else { *logit * self.repetition_penalty };
+                    check(id, *logit);
                 }
             }
             recent.iter().for_each(|&id| self.counts[id as usize] = 0);
@@ -85,11 +95,13 @@ impl Processors {
                 if count > 0 {
                     let logit = &mut z[id as usize];
                     *logit = *logit - count as f64 * self.frequency_penalty - self.presence_penalty;
+                    check(id, *logit);
                 }
             }
         }
         for &(id, bias) in &self.bias {
             z[id as usize] += bias;
+            check(id, z[id as usize]);
         }
         if let Some(allowed) = &self.allowed {
             for (logit, &ok) in z.iter_mut().zip(allowed) {
@@ -98,6 +110,7 @@ impl Processors {
                 }
             }
         }
+        overflow
     }
 }
 

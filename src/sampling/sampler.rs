@@ -150,7 +150,15 @@ impl Sampler {
         if widen(logits, &mut self.logits) {
             check_logits(&self.logits, "logits")?;
         }
-        self.processors.apply(&mut self.logits, history, n_prompt);
+        if let Some((id, logit)) = self.processors.apply(&mut self.logits, history, n_prompt) {
+            return Err(Error::invalid_argument(
+                "logits",
+                format!(
+                    "the penalties and logit_bias made the logit of token {id} {logit}: \
+                     repetition_penalty, frequency_penalty, presence_penalty or logit_bias is too extreme"
+                ),
+            ));
+        }
         if self.logits.iter().all(|&v| v == f64::NEG_INFINITY) {
             return Err(Error::invalid_argument(
                 "logits",

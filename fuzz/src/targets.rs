@@ -1,0 +1,314 @@
+//! What each fuzz target does with one input. Shared by the libFuzzer binaries
+//! (`fuzz/fuzz_targets/*.rs`) and the corpus replay in the cargo tests
+//! (`tests/fuzz_corpora.rs`), so a corpus file exercises the same code either way.
+//!
+//! Every target may return errors (that is the point: typed errors), but must not panic,
+//! hang, or allocate beyond the bound it checks; checked properties are `assert!`s.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use reprolm::chat::{map, ChatTemplate, Message, Value};
+use reprolm::engine::{Engine, LoadOptions, Session};
+use reprolm::gguf::GgufFile;
+use reprolm::model::ModelConfig;
+use reprolm::sampling::{Sampler, SamplerConfig};
+use reprolm::tokenizer::{StreamDecoder, Tokenizer, TokenizerSpec};
+
+use super::alloc::peak_during;
+
+/// Allocation bound of [`GgufFile::from_bytes`] (the README's Guarantees): per byte of input.
+pub const GGUF_BYTES_PER_BYTE: usize = 48;
+/// ... plus a constant.
+pub const GGUF_BYTES_CONSTANT: usize = 64 << 10;
+
+/// The default model: `REPROLM_MODEL`, else `~/.cache/reprolm` (as the tests find it).
+pub fn model_path() -> PathBuf {
+    if let Ok(p) = std::env::var("REPROLM_MODEL") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var("REPROLM_CACHE").map(PathBuf::from).unwrap_or_else(|_| {
+        let base = std::env::var("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
+        base.join("reprolm")
+    });
+    cache.join("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// The default model, loaded once per process (one thread: targets run serially).
+pub fn engine() -> &'static Arc<Engine> {
+    static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let options = LoadOptions { threads: Some(1), ..Default::default() };
+        let engine = Engine::load(model_path(), &options).expect("the default model (run `python -m reprolm download`)");
+        engine.fingerprint();
+        Arc::new(engine)
+    })
+}
+
+/// GGUF reader: any bytes parse to a file or a typed error within the allocation bound; a
+/// file that parses is then read as a model config and a tokenizer, as `Engine::load` does.
+pub fn gguf(data: &[u8]) {
+    let (file, peak) = peak_during(|| GgufFile::from_bytes(data));
+    if let Some(peak) = peak {
+        let bound = GGUF_BYTES_PER_BYTE * data.len() + GGUF_BYTES_CONSTANT;
+        assert!(peak <= bound, "parsing {} bytes allocated {peak} bytes (bound {bound})", data.len());
+    }
+    let Ok(file) = file else { return };
+    for (key, value) in file.metadata() {
+        let _ = (key.len(), value.summary(), value.as_f64(), value.as_str());
+    }
+    for t in file.tensors() {
+        assert!(t.offset + t.n_bytes <= file.file_len());
+        assert_eq!(file.tensor_bytes(t).len(), t.n_bytes);
+        let _ = file.usable_tensor(&t.name);
+    }
+    for t in file.foreign_tensors() {
+        assert!(t.offset + t.n_bytes <= file.file_len());
+        assert!(file.usable_tensor(&t.name).is_err());
+    }
+    let _ = file.check_all_supported();
+    let _ = ModelConfig::from_gguf(&file);
+    let Ok(spec) = TokenizerSpec::from_gguf(&file) else { return };
+    let Ok(tokenizer) = Tokenizer::from_spec(spec) else { return };
+    for special in [false, true] {
+        if let Ok(ids) = tokenizer.encode("Hello, world! 12345 <|im_start|>user\n\u{e9}\u{1F600}", special) {
+            tokenizer.decode(&ids).expect("encode gives ids in the vocabulary");
+        }
+    }
+}
+
+/// The default model's tokenizer (built once per process).
+fn tokenizer() -> &'static Tokenizer {
+    &engine().tokenizer
+}
+
+/// Tokenizer: byte 0 picks the mode, the rest is text (encode with or without special
+/// tokens, then decode) or little-endian u32 ids (decode, and stream-decode one at a time).
+pub fn tokenizer_target(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let tok = tokenizer();
+    if mode & 1 == 0 {
+        let text = String::from_utf8_lossy(rest);
+        let special = mode & 2 != 0;
+        let ids = tok.encode(&text, special).expect("encoding never fails");
+        assert!(ids.iter().all(|&id| (id as usize) < tok.vocab_size()));
+        let decoded = tok.decode(&ids).expect("encoded ids decode");
+        // Bytes without a token of their own are skipped (as llama.cpp does): only text made of
+        // bytes the vocabulary has must come back unchanged.
+        if !special && text.bytes().all(|b| single_byte_tokens()[b as usize]) {
+            assert_eq!(decoded, text, "plain text must round-trip");
+        }
+        stream_equals_decode(tok, &ids);
+    } else {
+        let ids: Vec<u32> = rest.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        // Mostly ids near the vocabulary (the high bit of the mode byte keeps them raw).
+        let n = tok.vocab_size() as u32 + 2;
+        let ids: Vec<u32> = if mode & 0x80 != 0 { ids } else { ids.iter().map(|id| id % n).collect() };
+        match tok.decode(&ids) {
+            Ok(_) => stream_equals_decode(tok, &ids),
+            Err(_) => assert!(ids.iter().any(|&id| id as usize >= tok.vocab_size())),
+        }
+        let mut stream = StreamDecoder::new();
+        for &id in &ids {
+            let _ = stream.push(tok, id);
+            let _ = tok.is_special(id);
+        }
+        stream.finish();
+    }
+}
+
+/// Which bytes the default vocabulary has a one-byte token for.
+fn single_byte_tokens() -> &'static [bool; 256] {
+    static HAS: OnceLock<[bool; 256]> = OnceLock::new();
+    HAS.get_or_init(|| {
+        let tok = tokenizer();
+        let mut has = [false; 256];
+        for id in 0..tok.vocab_size() as u32 {
+            if let [b] = tok.token_bytes(id).unwrap() {
+                if !tok.is_special(id) {
+                    has[*b as usize] = true;
+                }
+            }
+        }
+        has
+    })
+}
+
+/// The stream decoder's pieces add up to `decode` (its documented property).
+fn stream_equals_decode(tok: &Tokenizer, ids: &[u32]) {
+    let mut stream = StreamDecoder::new();
+    let mut text = String::new();
+    for &id in ids {
+        text.push_str(&stream.push(tok, id).expect("ids in the vocabulary"));
+    }
+    text.push_str(&stream.finish());
+    assert_eq!(text, tok.decode(ids).unwrap());
+}
+
+
+/// Session state loader. Byte 0 is the mode: unless bit 0 is set the fuzzer's bytes get the
+/// default model's fingerprint at 16..24, unless bit 1 is set a valid checksum is appended
+/// (so the fuzzer gets past both checks to the fields); the rest is the file. A file that
+/// loads must save back to the same bytes.
+pub fn state(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let engine = engine();
+    let mut bytes = rest.to_vec();
+    if mode & 1 == 0 && bytes.len() >= 24 {
+        bytes[16..24].copy_from_slice(&engine.fingerprint().to_le_bytes());
+    }
+    if mode & 2 == 0 {
+        let checksum = reprolm::state::xxh64(&bytes, 0);
+        bytes.extend_from_slice(&checksum.to_le_bytes());
+    }
+    let per_position = engine.kv_bytes_per_position(reprolm::model::KvDtype::F32);
+    let (session, peak) = peak_during(|| Session::from_state_bytes(Arc::clone(engine), &bytes));
+    if let Ok(session) = session {
+        assert_eq!(session.state_bytes(), bytes, "a loaded state saves back to the same bytes");
+        if let Some(peak) = peak {
+            let bound = 2 * bytes.len() + session.capacity() * per_position + (64 << 10);
+            assert!(peak <= bound, "loading {} bytes allocated {peak} (bound {bound})", bytes.len());
+        }
+    }
+}
+
+/// Chat templates. The input is split at NUL bytes: the template, then (role, content) pairs.
+/// Content `\x01` is a message without `content`, `\x02` a `none` content, and content that
+/// starts with `\x03` a list of strings; the first byte of the template, if it is `\x04`,
+/// asks for `add_generation_prompt = false`.
+pub fn chat(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut parts = text.split('\0');
+    let template = parts.next().unwrap_or_default();
+    let (add_generation_prompt, template) = match template.strip_prefix('\u{4}') {
+        Some(t) => (false, t),
+        None => (true, template),
+    };
+    let rest: Vec<&str> = parts.collect();
+    let mut plain = Vec::new();
+    let mut values = Vec::new();
+    for pair in rest.chunks(2) {
+        let role = pair[0];
+        let content = pair.get(1).copied().unwrap_or("");
+        plain.push(Message::new(role, content));
+        let mut fields = vec![("role".to_string(), Value::from(role))];
+        match content.as_bytes().first() {
+            Some(1) => {}
+            Some(2) => fields.push(("content".into(), Value::from(()))),
+            Some(3) => fields.push(("content".into(), Value::from_iter(content[1..].split(' ').map(Value::from)))),
+            _ => fields.push(("content".into(), Value::from(content))),
+        }
+        values.push(map(fields));
+    }
+    let t = ChatTemplate::new(template).with_special_tokens("<s>", "</s>");
+    let start = std::time::Instant::now();
+    let _ = t.render(&plain, add_generation_prompt);
+    let extra = vec![("tools".to_string(), Value::from_iter([map([("name".into(), Value::from("f"))])]))];
+    let _ = t.render_value(Value::from(values), add_generation_prompt, extra);
+    let elapsed = start.elapsed();
+    assert!(elapsed.as_secs() < 10, "two renders took {elapsed:?}");
+}
+
+/// A little reader of fuzz bytes: each call takes what it needs, zeros past the end.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    /// A float: mostly from a table of edge cases and small values, else raw bits.
+    fn f64(&mut self) -> f64 {
+        const TABLE: [f64; 16] =
+            [0.0, -0.0, 1.0, 0.5, 2.0, -1.0, 1e-300, 1e300, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MIN_POSITIVE, 0.999999, 1.0000001, 5e-324, 100.0];
+        let b = self.u8();
+        if b < 0xF0 {
+            TABLE[(b & 15) as usize]
+        } else {
+            f64::from_bits(((self.u32() as u64) << 32) | self.u32() as u64)
+        }
+    }
+    fn f32(&mut self) -> f32 {
+        const TABLE: [f32; 16] =
+            [0.0, -0.0, 1.0, -1.0, 3.0, -30.0, 1e-38, 3e38, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN, 1e-45, 88.7, -88.7];
+        let b = self.u8();
+        if b < 0xC0 {
+            TABLE[(b & 15) as usize] + (b >> 4) as f32 * 0.25
+        } else {
+            f32::from_bits(self.u32())
+        }
+    }
+}
+
+/// Sampler settings and one sampling step on arbitrary logits and history: validation
+/// rejects or the step gives a token of the vocabulary with sane statistics.
+pub fn sampler(data: &[u8]) {
+    let mut b = Bytes(data);
+    let vocab = 1 + (b.u8() as usize % 64) * (1 + b.u8() as usize % 8);
+    let id = |b: &mut Bytes| b.u32() % (vocab as u32 + 2);
+    let mut config = SamplerConfig {
+        temperature: b.f64(),
+        top_k: b.u8() as usize,
+        top_p: b.f64(),
+        min_p: b.f64(),
+        repetition_penalty: b.f64(),
+        penalty_window: match b.u8() {
+            0..=127 => None,
+            n => Some(n as usize - 128),
+        },
+        presence_penalty: b.f64(),
+        frequency_penalty: b.f64(),
+        seed: b.u32() as u64,
+        top_logprobs: b.u8() as usize % 16,
+        ..SamplerConfig::default()
+    };
+    for _ in 0..b.u8() % 4 {
+        config.logit_bias.push((id(&mut b), b.f64()));
+    }
+    if b.u8() & 1 == 1 {
+        config.allowed_token_ids = Some((0..b.u8() % 8).map(|_| id(&mut b)).collect());
+    }
+    for _ in 0..b.u8() % 4 {
+        config.banned_token_ids.push(id(&mut b));
+    }
+    let n_history = b.u8() as usize % 32;
+    let history: Vec<u32> = (0..n_history).map(|_| b.u32() % vocab as u32).collect();
+    let n_prompt = b.u8() as usize % (n_history + 1);
+    let step = b.u32() as u64;
+    let n_logits = if b.u8() == 0xFF { vocab - 1 } else { vocab };
+    let logits: Vec<f32> = (0..n_logits).map(|_| b.f32()).collect();
+
+    let valid = config.validate(vocab).is_ok();
+    let Ok(mut sampler) = Sampler::new(config.clone(), vocab) else {
+        assert!(!valid);
+        return;
+    };
+    assert!(valid);
+    let selection = sampler.sample(&logits, &history, n_prompt, step);
+    let q = sampler.distribution(&logits, &history, n_prompt);
+    match (selection, q) {
+        (Ok(s), Ok(q)) => {
+            assert!((s.token as usize) < vocab);
+            assert!(q[s.token as usize] > 0.0, "sampled a token of probability 0: {s:?}");
+            let total: f64 = q.iter().sum();
+            assert!((total - 1.0).abs() < 1e-9, "q sums to {total}");
+            assert!(q.iter().all(|&p| (0.0..=1.0).contains(&p)));
+            assert!(s.logprob <= 1e-12 && !s.logprob.is_nan(), "{s:?}");
+            assert!(s.entropy >= 0.0 && s.entropy.is_finite(), "{s:?}");
+            assert!((0.0..=1.0).contains(&s.removed_mass), "{s:?}");
+            assert!(s.alternatives.len() <= config.top_logprobs);
+        }
+        (Err(_), Err(_)) => {}
+        (s, q) => panic!("sample and distribution disagree: {s:?} / {:?}", q.map(|_| ())),
+    }
+}
