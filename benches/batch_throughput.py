@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -36,18 +35,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from _machine import cpu_name
+
 PROMPT_TOKENS = 128
 NEW_TOKENS = 128
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def prompts(n: int, vocab: int) -> list[list[int]]:

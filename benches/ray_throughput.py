@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,7 @@ import ray.data
 import reprolm
 import reprolm.ray as rray
 
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from _machine import cpu_name
 
 
 WORDS = ["river", "number", "castle", "theorem", "bread", "orbit", "violin", "glacier", "market", "engine"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import httpx
+
+from _machine import cpu_name
 
 TEXTS = [
     "The capital of France is",
@@ -60,16 +61,6 @@ TEXTS = [
     "Summary of the meeting: the team agreed that the next release should focus on performance, and that",
 ]
 EOS_ID = 2  # SmolLM2's <|im_end|>; --eos-id for other models
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def free_port() -> int:
