@@ -742,51 +742,46 @@ def _count_tokens(server: _Server, prompts: Sequence[list[int]], generated: int)
     server.metrics.completion_tokens.inc(generated)
 
 
-async def _stream_completion(
+def _stream_completion(
     server: _Server, model: Model, head: dict[str, Any], choices: list[_Choice], prompts: list[list[int]],
     logprobs: Optional[int], include_usage: bool,
 ) -> AsyncGenerator[bytes, None]:
-    def chunk(index: int, text: str, lp: Optional[dict[str, Any]], reason: Optional[str]) -> bytes:
-        data = {**head, "choices": [{"index": index, "text": text, "logprobs": lp, "finish_reason": reason}]}
-        if include_usage:
-            data["usage"] = None
-        return _sse(data)
-
-    generated = 0
     offsets = {id(c): len(c.prefix) for c in choices}
-    merged = server.merged(choices)
-    try:
-        for c in choices:
-            if c.prefix:
-                yield chunk(c.index, c.prefix, None, None)
-        async for c, event in merged:
-            generated += len(event.token_ids)
-            steps = [] if event.step is None else _reported_steps([event.step], event.finish_reason)
-            if event.text or steps:
-                lp = None
-                if logprobs is not None:
-                    lp = _completion_logprobs(model, steps, offsets[id(c)])
-                offsets[id(c)] += len(event.text)
-                yield chunk(c.index, event.text, lp, None)
-            if event.finish_reason is not None:
-                yield chunk(c.index, "", None, _finish(event.finish_reason))
-    except errors.ReprolmError as e:
-        yield _sse(error_body(f"{type(e).__name__}: {e}", type="server_error", code="engine_error"))
-        return
-    finally:
-        await merged.aclose()
-    _count_tokens(server, prompts, generated)
-    if include_usage:
-        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated)})
-    yield b"data: [DONE]\n\n"
+
+    def piece(c: _Choice, text: str, steps: list[StepInfo]) -> dict[str, Any]:
+        lp = None if logprobs is None else _completion_logprobs(model, steps, offsets[id(c)])
+        offsets[id(c)] += len(text)
+        return {"text": text, "logprobs": lp}
+
+    return _stream_choices(server, head, choices, prompts, include_usage,
+                           opening=lambda c: {"text": c.prefix, "logprobs": None} if c.prefix else None,
+                           piece=piece, ending={"text": "", "logprobs": None})
 
 
-async def _stream_chat(
+def _stream_chat(
     server: _Server, model: Model, head: dict[str, Any], choices: list[_Choice], prompts: list[list[int]],
     logprobs: bool, include_usage: bool,
 ) -> AsyncGenerator[bytes, None]:
-    def chunk(index: int, delta: dict[str, Any], lp: Optional[dict[str, Any]], reason: Optional[str]) -> bytes:
-        data = {**head, "choices": [{"index": index, "delta": delta, "logprobs": lp, "finish_reason": reason}]}
+    def piece(c: _Choice, text: str, steps: list[StepInfo]) -> dict[str, Any]:
+        return {"delta": {"content": text}, "logprobs": _chat_logprobs(model, steps) if logprobs else None}
+
+    return _stream_choices(server, head, choices, prompts, include_usage,
+                           opening=lambda c: {"delta": {"role": "assistant", "content": ""}, "logprobs": None},
+                           piece=piece, ending={"delta": {}, "logprobs": None})
+
+
+async def _stream_choices(
+    server: _Server, head: dict[str, Any], choices: list[_Choice], prompts: list[list[int]], include_usage: bool,
+    *,
+    opening: Callable[[_Choice], Optional[dict[str, Any]]],
+    piece: Callable[[_Choice, str, list[StepInfo]], dict[str, Any]],
+    ending: dict[str, Any],
+) -> AsyncGenerator[bytes, None]:
+    """The server-sent events of a streamed completion or chat: each choice's `opening`
+    fields (if any), a `piece` per chunk with text or statistics, the `ending` fields with
+    the finish reason, then the usage (if asked for) and [DONE]."""
+    def chunk(index: int, fields: dict[str, Any], reason: Optional[str]) -> bytes:
+        data = {**head, "choices": [{"index": index, **fields, "finish_reason": reason}]}
         if include_usage:
             data["usage"] = None
         return _sse(data)
@@ -795,15 +790,16 @@ async def _stream_chat(
     merged = server.merged(choices)
     try:
         for c in choices:
-            yield chunk(c.index, {"role": "assistant", "content": ""}, None, None)
+            first = opening(c)
+            if first is not None:
+                yield chunk(c.index, first, None)
         async for c, event in merged:
             generated += len(event.token_ids)
             steps = [] if event.step is None else _reported_steps([event.step], event.finish_reason)
             if event.text or steps:
-                lp = _chat_logprobs(model, steps) if logprobs else None
-                yield chunk(c.index, {"content": event.text}, lp, None)
+                yield chunk(c.index, piece(c, event.text, steps), None)
             if event.finish_reason is not None:
-                yield chunk(c.index, {}, None, _finish(event.finish_reason))
+                yield chunk(c.index, ending, _finish(event.finish_reason))
     except errors.ReprolmError as e:
         yield _sse(error_body(f"{type(e).__name__}: {e}", type="server_error", code="engine_error"))
         return
