@@ -4,6 +4,7 @@
 mod common;
 mod toy;
 
+mod architectures;
 mod batch;
 mod chapter;
 mod decode;

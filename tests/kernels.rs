@@ -218,3 +218,29 @@ fn swiglu_is_identical_on_every_path_and_matches_float64() {
         }
     }
 }
+
+#[test]
+fn geglu_is_identical_on_every_path_and_matches_float64() {
+    use reprolm::kernels::elementwise::geglu;
+    let mut rng = Rng(12);
+    for len in (1..70).chain([1536]) {
+        let gate: Vec<f32> = (0..len).map(|_| rng.unit() * 12.0).collect();
+        let up: Vec<f32> = (0..len).map(|_| rng.unit() * 3.0).collect();
+        let mut expected = gate.clone();
+        geglu(Isa::Scalar, &mut expected, &up);
+        for isa in isas() {
+            let mut got = gate.clone();
+            geglu(isa, &mut got, &up);
+            assert!(got.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?}, {len} values");
+        }
+        for ((&y, &g), &u) in expected.iter().zip(&gate).zip(&up) {
+            let (g, u) = (g as f64, u as f64);
+            // GELU with the tanh approximation, as transformers' gelu_pytorch_tanh defines it.
+            let exact = 0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh()) * u;
+            // The tanh argument is rounded a few times before exp (relative error a few ulp of
+            // an argument up to ~90), then as for SiLU: an absolute bound scaled by |g u|.
+            let tol = (g * u).abs() * 64.0 * f32::EPSILON as f64 + 1e-30;
+            assert!((y as f64 - exact).abs() <= tol, "{g} {u}: {y} vs {exact}");
+        }
+    }
+}

@@ -146,6 +146,25 @@ unsafe fn swiglu_lanes<L: Lanes16>(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// sqrt(2 / pi) * 2 and that times 0.044715: GELU's tanh approximation
+/// `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` equals `x * sigmoid(2 u)` with `u` the
+/// tanh argument, computed as `x / (1 + exp(-(x * (C1 + C3 x^2))))`.
+const GELU_C1: f32 = 1.595_769_1;
+const GELU_C3: f32 = 0.071_354_82;
+
+/// `gate = gelu_tanh(gate) * up` (GeGLU), see [`GELU_C1`].
+#[inline(always)]
+unsafe fn geglu_lanes<L: Lanes16>(gate: &mut [f32], up: &[f32]) {
+    assert!(up.len() >= gate.len());
+    let up = &up[..gate.len()];
+    for i in (0..gate.len()).step_by(16) {
+        let (g, u) = (load_padded::<L>(gate, i, 0.0), load_padded::<L>(up, i, 0.0));
+        let t = L::mul(g, L::fma(L::mul(g, g), L::splat(GELU_C3), L::splat(GELU_C1)));
+        let gelu = L::div(g, L::add(L::splat(1.0), exp_lanes(L::sub(L::zero(), t))));
+        store_partial(L::mul(gelu, u), gate, i);
+    }
+}
+
 /// A public entry point running the generic kernel `$generic` on the selected ISA, through
 /// a wrapper compiled with that ISA's features (so the lane ops inline).
 macro_rules! entry_point {
@@ -191,4 +210,9 @@ entry_point! {
 entry_point! {
     /// `gate = silu(gate) * up`, value by value; `up` at least as long as `gate`.
     pub fn swiglu(gate: &mut [f32], up: &[f32]) => swiglu_lanes
+}
+
+entry_point! {
+    /// `gate = gelu_tanh(gate) * up`, value by value; `up` at least as long as `gate`.
+    pub fn geglu(gate: &mut [f32], up: &[f32]) => geglu_lanes
 }

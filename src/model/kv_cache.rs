@@ -394,6 +394,12 @@ impl KvCache {
     /// order: the sinks, then the window (split in two where it wraps around the ring).
     /// Empty ranges are left out; the second value is how many ranges are used.
     pub fn pieces(&self, q: usize) -> ([Range<usize>; 3], usize) {
+        self.pieces_from(q, 0)
+    }
+
+    /// As [`KvCache::pieces`], leaving out positions before `first` (a layer's own sliding
+    /// window).
+    pub fn pieces_from(&self, q: usize, first: usize) -> ([Range<usize>; 3], usize) {
         let mut out = [0..0, 0..0, 0..0];
         let mut n = 0;
         let mut push = |r: Range<usize>| {
@@ -403,10 +409,10 @@ impl KvCache {
             }
         };
         let k = self.n_keep();
-        push(0..k.min(q + 1));
+        push(first.min(k)..k.min(q + 1));
         if q >= k {
-            let first = k.max((q + 1).saturating_sub(self.window()));
-            let (a, b) = (self.slot(first), self.slot(q));
+            let from = k.max((q + 1).saturating_sub(self.window())).max(first);
+            let (a, b) = (self.slot(from), self.slot(q));
             if a <= b {
                 push(a..b + 1);
             } else {
@@ -494,6 +500,7 @@ mod tests {
     fn cfg() -> ModelConfig {
         ModelConfig {
             architecture: "llama".into(),
+            traits: crate::model::config::ARCHITECTURES[0],
             n_layers: 2,
             d_model: 64,
             n_heads: 2,
@@ -503,6 +510,8 @@ mod tests {
             vocab_size: 10,
             context_length: 64,
             rope_base: 10000.0,
+            rope_position_scale: 1.0,
+            layers: vec![crate::model::config::LayerAttention { window: None, rope_base: 10000.0 }; 2],
             rms_eps: 1e-5,
             bos_id: None,
             eos_id: None,

@@ -1,22 +1,28 @@
-//! The Llama forward pass over a batch of rows drawn from one or several sequences.
+//! The forward pass over a batch of rows drawn from one or several sequences, for every
+//! supported architecture (the differences are data: [`ModelConfig::traits`], per-layer
+//! attention settings, and the optional tensors of [`LayerWeights`]).
 //!
 //! A forward call takes, for each sequence, its KV cache and the tokens of its next
 //! consecutive positions; the rows of all sequences run through every per-token step and
 //! matmul together (weights read once per call), and each row attends to its own sequence's
 //! cache only.
 //!
-//! Per layer: RMSNorm -> Q, K, V projections -> RoPE (ggml "normal" mode: adjacent pairs
-//! rotate) -> K, V written to the cache -> causal grouped-query attention over the cache ->
-//! output projection + residual -> RMSNorm -> SwiGLU feed-forward + residual. Activations
+//! Token embeddings (times `sqrt(d_model)` for Gemma), then per layer: RMSNorm -> Q, K, V
+//! projections (+ biases: Qwen2) -> RMSNorm of each query and key head (Qwen3, Gemma 3) ->
+//! RoPE (adjacent pairs or halves, the layer's base, Llama 3 frequency factors, linear
+//! position scaling) -> K, V written to the cache -> causal grouped-query attention over the
+//! cache (within the layer's sliding window, if any) -> output projection (-> RMSNorm:
+//! Gemma 3) + residual -> RMSNorm -> gated feed-forward (SiLU or GELU-tanh gate) (-> RMSNorm:
+//! Gemma 3) + residual; final RMSNorm and output matrix. Activations
 //! are f32 throughout, except that with [`Precision::Int8`] each matmul on quantized weights
 //! reads its input quantized per group of 32 (`kernels::quantize_act`). Parallel phases
 //! split only independent outputs (matrix rows, (token, head) pairs, tokens), so each value
 //! has one op sequence whatever the thread count or the number of tokens per call.
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, RopeStyle};
 use super::kv_cache::KvCache;
 use super::rowwise;
-use super::weights::{LlamaWeights, Matrix};
+use super::weights::{LayerWeights, LlamaWeights, Matrix};
 use crate::error::{Error, Result};
 use crate::kernels::{
     elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa, MatRef, OutPtr,
@@ -64,13 +70,13 @@ pub struct Scratch {
     gs: Vec<f32>,
     /// The current matmul input quantized per group (int8 precision; grows in `quantize`)
     xq: QuantizedRows,
-    /// [T][d_model]
+    /// [T][d_q]
     q: Vec<f32>,
     /// [T][d_kv]
     k: Vec<f32>,
     /// [T][d_kv]
     v: Vec<f32>,
-    /// [T][d_model] attention output (heads concatenated)
+    /// [T][d_q] attention output (heads concatenated)
     att: Vec<f32>,
     /// [T][d_model] projection output before the residual add
     proj: Vec<f32>,
@@ -82,7 +88,8 @@ pub struct Scratch {
     row_seq: Vec<usize>,
     /// [T] absolute position of each row
     row_pos: Vec<usize>,
-    /// [T][head_dim / 2] rotation of each pair at each position
+    /// [rope bases][T][head_dim / 2] rotation of each pair at each position, one table per
+    /// distinct RoPE base of the layers (`Llama::rope_bases`)
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
     /// [n_threads][group_size][capacity] attention scores of the query heads sharing a KV
@@ -101,17 +108,19 @@ impl Scratch {
         };
         let t = n_tokens;
         grow(&mut self.x, t * cfg.d_model);
+        let widest = cfg.d_model.max(cfg.ffn_dim).max(cfg.d_q());
         grow(&mut self.xn, t * cfg.d_model.max(cfg.ffn_dim));
-        grow(&mut self.gs, t * group_sums_len(cfg.d_model.max(cfg.ffn_dim)));
-        grow(&mut self.q, t * cfg.d_model);
+        grow(&mut self.gs, t * group_sums_len(widest));
+        grow(&mut self.q, t * cfg.d_q());
         grow(&mut self.k, t * cfg.d_kv());
         grow(&mut self.v, t * cfg.d_kv());
-        grow(&mut self.att, t * cfg.d_model);
+        grow(&mut self.att, t * cfg.d_q());
         grow(&mut self.proj, t * cfg.d_model);
         grow(&mut self.gate, t * cfg.ffn_dim);
         grow(&mut self.up, t * cfg.ffn_dim);
-        grow(&mut self.rope_cos, t * cfg.head_dim / 2);
-        grow(&mut self.rope_sin, t * cfg.head_dim / 2);
+        let n_bases = rope_bases(cfg).len();
+        grow(&mut self.rope_cos, n_bases * t * cfg.head_dim / 2);
+        grow(&mut self.rope_sin, n_bases * t * cfg.head_dim / 2);
         grow(&mut self.scores, CHUNKS_PER_THREAD * n_threads * cfg.group_size() * capacity);
         self.n_tokens = t;
     }
@@ -175,7 +184,7 @@ impl Llama {
         }
         let capacity = seqs.iter().map(|s| s.cache.capacity()).max().unwrap_or(1);
         scratch.ensure(cfg, t_n, pool.n_threads(), capacity);
-        let (d, dkv, hd, ff) = (cfg.d_model, cfg.d_kv(), cfg.head_dim, cfg.ffn_dim);
+        let (d, dq, ff) = (cfg.d_model, cfg.d_q(), cfg.ffn_dim);
         let w = &self.weights;
 
         scratch.row_seq.clear();
@@ -190,7 +199,13 @@ impl Llama {
                 t += 1;
             }
         }
-        self.rope_table(scratch, t_n);
+        if cfg.traits.scale_embeddings {
+            // As Gemma's reference does: sqrt(d_model) rounded to f32, one product per value.
+            let scale = (d as f32).sqrt();
+            scratch.x[..t_n * d].iter_mut().for_each(|v| *v *= scale);
+        }
+        let bases = rope_bases(cfg);
+        self.rope_tables(scratch, &bases, t_n);
 
         let eps = cfg.rms_eps;
         let first_norm = w.layers.first().map(|lw| &lw.attn_norm[..]);
@@ -207,18 +222,21 @@ impl Llama {
                 t_n,
                 &[(&lw.wq, &mut scratch.q), (&lw.wk, &mut scratch.k), (&lw.wv, &mut scratch.v)],
             );
+            let table = bases.iter().position(|&b| b == cfg.layers[l].rope_base).unwrap_or(0);
+            self.positional_qk(lw, scratch, table, t_n);
+            let dkv = cfg.d_kv();
             for t in 0..t_n {
-                let (cos, sin) = (&scratch.rope_cos[t * hd / 2..], &scratch.rope_sin[t * hd / 2..]);
-                rope(&mut scratch.q[t * d..(t + 1) * d], hd, cos, sin);
-                rope(&mut scratch.k[t * dkv..(t + 1) * dkv], hd, cos, sin);
                 let cache = &mut *seqs[scratch.row_seq[t]].cache;
                 cache.write(l, scratch.row_pos[t], &scratch.k[t * dkv..(t + 1) * dkv], &scratch.v[t * dkv..(t + 1) * dkv]);
             }
             let caches: Vec<&KvCache> = seqs.iter().map(|s| &*s.cache).collect();
             self.attention(pool, &caches, scratch, l, t_n, capacity);
-            rowwise::group_sums_rows(pool, &scratch.att, d, t_n, &mut scratch.gs);
-            self.quantize_input(pool, &scratch.att, d, t_n, &mut scratch.xq);
+            rowwise::group_sums_rows(pool, &scratch.att, dq, t_n, &mut scratch.gs);
+            self.quantize_input(pool, &scratch.att, dq, t_n, &mut scratch.xq);
             self.matmuls(pool, &scratch.att, &scratch.gs, &scratch.xq, t_n, &[(&lw.wo, &mut scratch.proj)]);
+            if let Some(norm) = &lw.post_attn_norm {
+                rowwise::norm_in_place(pool, &mut scratch.proj, norm, eps, (t_n, d));
+            }
             let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
             rowwise::residual_norm(pool, x, Some(&scratch.proj), Some(&lw.ffn_norm), eps, (t_n, d), xn, gs);
             self.quantize_input(pool, &scratch.xn, d, t_n, &mut scratch.xq);
@@ -232,9 +250,13 @@ impl Llama {
                 t_n,
                 &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
             );
-            rowwise::swiglu(pool, self.isa, &mut scratch.gate, &scratch.up, ff, t_n, &mut scratch.gs);
+            let act = cfg.traits.activation;
+            rowwise::gated(pool, self.isa, act, &mut scratch.gate, &scratch.up, ff, t_n, &mut scratch.gs);
             self.quantize_input(pool, &scratch.gate, ff, t_n, &mut scratch.xq);
             self.matmuls(pool, &scratch.gate, &scratch.gs, &scratch.xq, t_n, &[(&lw.w_down, &mut scratch.proj)]);
+            if let Some(norm) = &lw.post_ffn_norm {
+                rowwise::norm_in_place(pool, &mut scratch.proj, norm, eps, (t_n, d));
+            }
             // The residual add, and the next layer's input norm.
             let next_norm = w.layers.get(l + 1).map(|next| &next.attn_norm[..]);
             let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
@@ -282,19 +304,52 @@ impl Llama {
         Ok(())
     }
 
-    /// cos and sin of `pos * base^(-2i / head_dim)` for each row's position and pair `i`,
-    /// computed in f64 and rounded once.
-    fn rope_table(&self, s: &mut Scratch, t_n: usize) {
+    /// For each RoPE base in `bases` and each row: cos and sin of
+    /// `pos * scale * base^(-2i / head_dim) / factor_i` for pair `i` (`scale`: linear RoPE
+    /// scaling, `factor_i`: Llama 3's frequency factors, both 1 by default), computed in f64
+    /// and rounded once. Tables [bases][T][head_dim / 2].
+    fn rope_tables(&self, s: &mut Scratch, bases: &[f32], t_n: usize) {
         let cfg = &self.config;
         let half = cfg.head_dim / 2;
-        for t in 0..t_n {
-            let pos = s.row_pos[t] as f64;
-            for i in 0..half {
-                let theta = (cfg.rope_base as f64).powf(-2.0 * i as f64 / cfg.head_dim as f64);
-                let (sin, cos) = (pos * theta).sin_cos();
-                s.rope_cos[t * half + i] = cos as f32;
-                s.rope_sin[t * half + i] = sin as f32;
+        let factors = self.weights.rope_freq_factors.as_deref();
+        for (b, &base) in bases.iter().enumerate() {
+            for t in 0..t_n {
+                let pos = s.row_pos[t] as f64 * cfg.rope_position_scale as f64;
+                for i in 0..half {
+                    let mut theta = (base as f64).powf(-2.0 * i as f64 / cfg.head_dim as f64);
+                    if let Some(f) = factors {
+                        theta /= f[i] as f64;
+                    }
+                    let (sin, cos) = (pos * theta).sin_cos();
+                    let at = (b * t_n + t) * half + i;
+                    s.rope_cos[at] = cos as f32;
+                    s.rope_sin[at] = sin as f32;
+                }
             }
+        }
+    }
+
+    /// The per-row steps between the Q/K/V projections and the cache: biases, query and key
+    /// head norms, and RoPE with rotation table `table`, in place on `s.q` and `s.k`.
+    fn positional_qk(&self, lw: &LayerWeights, s: &mut Scratch, table: usize, t_n: usize) {
+        let cfg = &self.config;
+        let (dq, dkv, hd) = (cfg.d_q(), cfg.d_kv(), cfg.head_dim);
+        let half = hd / 2;
+        for t in 0..t_n {
+            let (q, k, v) = (&mut s.q[t * dq..(t + 1) * dq], &mut s.k[t * dkv..(t + 1) * dkv], &mut s.v[t * dkv..(t + 1) * dkv]);
+            if let Some([bq, bk, bv]) = &lw.qkv_bias {
+                for (x, b) in [(&mut *q, bq), (&mut *k, bk), (&mut *v, bv)] {
+                    x.iter_mut().zip(b).for_each(|(a, &b)| *a += b);
+                }
+            }
+            if let Some([nq, nk]) = &lw.qk_norm {
+                q.chunks_exact_mut(hd).for_each(|head| rowwise::rms_norm_in_place(head, nq, cfg.rms_eps));
+                k.chunks_exact_mut(hd).for_each(|head| rowwise::rms_norm_in_place(head, nk, cfg.rms_eps));
+            }
+            let at = (table * t_n + t) * half;
+            let (cos, sin) = (&s.rope_cos[at..at + half], &s.rope_sin[at..at + half]);
+            rope(q, hd, cfg.traits.rope_style, cos, sin);
+            rope(k, hd, cfg.traits.rope_style, cos, sin);
         }
     }
 
@@ -379,8 +434,9 @@ impl Llama {
     /// `capacity` is the largest cache's: the stride of the score rows.
     fn attention(&self, pool: &ThreadPool, caches: &[&KvCache], s: &mut Scratch, layer: usize, t_n: usize, capacity: usize) {
         let cfg = &self.config;
-        let (d, hd, nh, gs) = (cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.group_size());
+        let (dq, hd, nh, gs) = (cfg.d_q(), cfg.head_dim, cfg.n_heads, cfg.group_size());
         let scale = 1.0 / (hd as f32).sqrt();
+        let window = cfg.layers[layer].window;
         let tasks = t_n * cfg.n_heads;
         let n = chunks_for(pool, tasks);
         let (q, row_seq, row_pos) = (&s.q, &s.row_seq, &s.row_pos);
@@ -398,8 +454,10 @@ impl Llama {
                 let nq = ((g + 1) * gs - h).min(mine.end - task);
                 task += nq;
                 let cache = caches[row_seq[t]];
-                let (slots, n_pieces) = cache.pieces(row_pos[t]);
-                let queries = &q[t * d + h * hd..t * d + (h + nq) * hd];
+                let pos = row_pos[t];
+                let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+                let (slots, n_pieces) = cache.pieces_from(pos, first);
+                let queries = &q[t * dq + h * hd..t * dq + (h + nq) * hd];
                 let act = Activations { x: queries, gs: &[], n_tokens: nq, cols: hd };
                 let mut n_keys = 0;
                 for r in &slots[..n_pieces] {
@@ -416,20 +474,37 @@ impl Llama {
                 let values: [MatRef; 3] = std::array::from_fn(|j| {
                     cache.values(layer, g, if j < n_pieces { slots[j].clone() } else { 0..0 })
                 });
-                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * d + h * hd), nq * hd) };
+                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * dq + h * hd), nq * hd) };
                 weighted_row_sums(self.isa, scores, capacity, &values[..n_pieces], out);
             }
         });
     }
 }
 
-/// Rotates adjacent pairs (2i, 2i + 1) of every head in `x` ([heads][head_dim]).
-fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
+/// The RoPE bases of the layers, each once, in order of first use.
+fn rope_bases(cfg: &ModelConfig) -> Vec<f32> {
+    let mut bases: Vec<f32> = Vec::new();
+    for layer in &cfg.layers {
+        if !bases.contains(&layer.rope_base) {
+            bases.push(layer.rope_base);
+        }
+    }
+    bases
+}
+
+/// Rotates the pairs of every head in `x` ([heads][head_dim]) by the angles of `cos` and
+/// `sin` ([head_dim / 2]): pair `i` is `(2i, 2i + 1)` or `(i, i + head_dim / 2)`.
+fn rope(x: &mut [f32], hd: usize, style: RopeStyle, cos: &[f32], sin: &[f32]) {
+    let half = hd / 2;
     for head in x.chunks_exact_mut(hd) {
-        for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-            let (a, b) = (pair[0], pair[1]);
-            pair[0] = a * cos[i] - b * sin[i];
-            pair[1] = a * sin[i] + b * cos[i];
+        for i in 0..half {
+            let (ia, ib) = match style {
+                RopeStyle::Adjacent => (2 * i, 2 * i + 1),
+                RopeStyle::Halves => (i, i + half),
+            };
+            let (a, b) = (head[ia], head[ib]);
+            head[ia] = a * cos[i] - b * sin[i];
+            head[ib] = a * sin[i] + b * cos[i];
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The per-token elementwise steps between the matrix products: residual adds, RMSNorm,
-//! SwiGLU and the group sums the Q4_1 kernels read. A prefill splits its tokens across the
+//! the gated activations and the group sums the Q4_1 kernels read. A prefill splits its tokens across the
 //! pool; every row is computed by one thread with the same ops whatever the split.
 
 use std::sync::Mutex;
 
+use super::config::Activation;
 use crate::kernels::{elementwise, group_sums, group_sums_len, Isa};
 use crate::threads::{split, ThreadPool};
 
@@ -47,18 +48,43 @@ pub fn residual_norm(
     });
 }
 
-/// For each of `t_n` tokens: `gate_t = silu(gate_t) * up_t` ([`elementwise::swiglu`]) and
-/// `gs_t` = its group sums. Buffers are [T][width] (`gs`: [T][group_sums_len(width)]).
-pub fn swiglu(pool: &ThreadPool, isa: Isa, gate: &mut [f32], up: &[f32], width: usize, t_n: usize, gs: &mut [f32]) {
+/// For each of `t_n` tokens: `gate_t = act(gate_t) * up_t` ([`elementwise::swiglu`],
+/// [`elementwise::geglu`]) and `gs_t` = its group sums. Buffers are [T][width] (`gs`:
+/// [T][group_sums_len(width)]).
+#[allow(clippy::too_many_arguments)]
+pub fn gated(
+    pool: &ThreadPool,
+    isa: Isa,
+    act: Activation,
+    gate: &mut [f32],
+    up: &[f32],
+    width: usize,
+    t_n: usize,
+    gs: &mut [f32],
+) {
     let n = n_chunks(pool, t_n);
     let (gates, gss) = (cut(gate, width, t_n, n), cut(gs, group_sums_len(width), t_n, n));
     pool.run(n, |c| {
         let (mut gate, mut gs) = (lock(&gates[c]), lock(&gss[c]));
         let rows = split(t_n, c, n);
-        elementwise::swiglu(isa, &mut gate, &up[rows.start * width..rows.end * width]);
+        let up = &up[rows.start * width..rows.end * width];
+        match act {
+            Activation::Silu => elementwise::swiglu(isa, &mut gate, up),
+            Activation::GeluTanh => elementwise::geglu(isa, &mut gate, up),
+        }
         for (row, s) in gate.chunks_exact(width).zip(gs.chunks_exact_mut(group_sums_len(width))) {
             group_sums(row, s);
         }
+    });
+}
+
+/// `x_t = x_t / rms(x_t) * weight` for each of the `t_n` rows of `x` ([T][d]).
+pub fn norm_in_place(pool: &ThreadPool, x: &mut [f32], weight: &[f32], eps: f32, (t_n, d): (usize, usize)) {
+    let n = n_chunks(pool, t_n);
+    let xs = cut(x, d, t_n, n);
+    pool.run(n, |c| {
+        let mut x = lock(&xs[c]);
+        x.chunks_exact_mut(d).for_each(|row| rms_norm_in_place(row, weight, eps));
     });
 }
 
@@ -77,11 +103,24 @@ pub fn group_sums_rows(pool: &ThreadPool, x: &[f32], width: usize, t_n: usize, g
 
 /// `out = x / rms(x) * weight`, the mean square accumulated in f64.
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
-    let mean_sq = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
-    let inv = (1.0 / (mean_sq + eps as f64).sqrt()) as f32;
+    let inv = inverse_rms(x, eps);
     for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
         *o = (v * inv) * w;
     }
+}
+
+/// `x = x / rms(x) * weight`, with the ops of [`rms_norm`].
+pub fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let inv = inverse_rms(x, eps);
+    for (v, &w) in x.iter_mut().zip(weight) {
+        *v = (*v * inv) * w;
+    }
+}
+
+/// `1 / sqrt(mean(x^2) + eps)`, the mean square accumulated in f64, rounded once to f32.
+fn inverse_rms(x: &[f32], eps: f32) -> f32 {
+    let mean_sq = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
+    (1.0 / (mean_sq + eps as f64).sqrt()) as f32
 }
 
 fn n_chunks(pool: &ThreadPool, t_n: usize) -> usize {

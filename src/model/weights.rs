@@ -31,19 +31,26 @@ enum Storage {
     Packed(Arc<[u8]>, Layout),
 }
 
-/// One transformer block's weights.
+/// One transformer block's weights. Optional parts exist where the architecture has them
+/// (see [`super::config::ArchTraits`]).
 #[derive(Debug)]
 pub struct LayerWeights {
     /// [d_model]
     pub attn_norm: Vec<f32>,
-    /// [d_model][d_model]
+    /// [d_q][d_model]
     pub wq: Matrix,
     /// [d_kv][d_model]
     pub wk: Matrix,
     /// [d_kv][d_model]
     pub wv: Matrix,
-    /// [d_model][d_model]
+    /// Biases of Q, K and V: [d_q], [d_kv], [d_kv] (Qwen2)
+    pub qkv_bias: Option<[Vec<f32>; 3]>,
+    /// RMSNorm weights of each query head and each key head: [head_dim] each (Qwen3, Gemma 3)
+    pub qk_norm: Option<[Vec<f32>; 2]>,
+    /// [d_model][d_q]
     pub wo: Matrix,
+    /// [d_model] norm of the attention output before its residual add (Gemma 3)
+    pub post_attn_norm: Option<Vec<f32>>,
     /// [d_model]
     pub ffn_norm: Vec<f32>,
     /// [ffn_dim][d_model]
@@ -52,9 +59,11 @@ pub struct LayerWeights {
     pub w_up: Matrix,
     /// [d_model][ffn_dim]
     pub w_down: Matrix,
+    /// [d_model] norm of the feed-forward output before its residual add (Gemma 3)
+    pub post_ffn_norm: Option<Vec<f32>>,
 }
 
-/// All weights of a Llama model.
+/// All weights of a model.
 #[derive(Debug)]
 pub struct LlamaWeights {
     map: Arc<Mmap>,
@@ -67,6 +76,8 @@ pub struct LlamaWeights {
     pub output_norm: Vec<f32>,
     /// [vocab_size][d_model]; `token_embd` itself when the output matrix is tied.
     pub output: Matrix,
+    /// [head_dim / 2] RoPE frequency divisors (`rope_freqs.weight`: Llama 3's scaling)
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
 impl LlamaWeights {
@@ -77,68 +88,75 @@ impl LlamaWeights {
 
     /// The weights, quantized matrices packed for `precision`'s kernels.
     pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<LlamaWeights> {
-        let layout = match precision {
-            Precision::Float32 => Layout::Grouped,
-            Precision::Int8 => Layout::Chunked,
+        let loader = Loader {
+            file,
+            layout: match precision {
+                Precision::Float32 => Layout::Grouped,
+                Precision::Int8 => Layout::Chunked,
+            },
         };
-        let (d, dkv, ff, vocab) = (cfg.d_model, cfg.d_kv(), cfg.ffn_dim, cfg.vocab_size);
-        let matrix = |name: &str, rows: usize, cols: usize| -> Result<Matrix> {
-            let info = tensor(file, name)?;
-            check_shape(info, &[cols, rows])?;
-            if !cols.is_multiple_of(GROUP) {
-                return Err(Error::Unsupported(format!(
-                    "tensor '{name}' rows of {cols} values (must be a multiple of {GROUP})"
-                )));
-            }
-            let storage = if is_packed(info.ggml_type) {
-                let bytes = file.tensor_bytes(info);
-                let mut packed = pack_rows(info.ggml_type, cols, bytes);
-                if layout == Layout::Chunked {
-                    chunk_rows(info.ggml_type, cols, &mut packed);
-                }
-                // The file's pages are no longer needed: let the kernel reclaim them.
-                file.release(info);
-                Storage::Packed(packed.into(), layout)
-            } else {
-                Storage::Mapped { offset: info.offset, n_bytes: info.n_bytes }
-            };
-            Ok(Matrix { name: name.into(), ty: info.ggml_type, rows, cols, storage })
-        };
-        let vector = |name: &str| -> Result<Vec<f32>> {
-            let info = tensor(file, name)?;
-            check_shape(info, &[d])?;
-            let mut v = vec![0.0; d];
-            dequantize_row(info.ggml_type, file.tensor_bytes(info), &mut v);
-            Ok(v)
-        };
+        let (d, dq, dkv, ff, vocab) = (cfg.d_model, cfg.d_q(), cfg.d_kv(), cfg.ffn_dim, cfg.vocab_size);
+        let traits = &cfg.traits;
         let layers = (0..cfg.n_layers)
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
+                let b = |s: &str| format!("blk.{i}.{s}.bias");
+                // Q, K and V: separate, or one fused matrix (Phi-3).
+                let [wq, wk, wv] = match file.usable_tensor(&n("attn_qkv"))? {
+                    Some(_) => loader.split_matrix(&n("attn_qkv"), d, [dq, dkv, dkv])?,
+                    None => [loader.matrix(&n("attn_q"), dq, d)?, loader.matrix(&n("attn_k"), dkv, d)?, loader.matrix(&n("attn_v"), dkv, d)?],
+                };
+                // Gate and up: separate, or one fused matrix, gate first (Phi-3).
+                let [w_gate, w_up] = match file.usable_tensor(&n("ffn_gate"))? {
+                    Some(_) => [loader.matrix(&n("ffn_gate"), ff, d)?, loader.matrix(&n("ffn_up"), ff, d)?],
+                    None => loader.split_matrix(&n("ffn_up"), d, [ff, ff])?,
+                };
+                let has_bias = traits.qkv_bias || file.usable_tensor(&b("attn_q"))?.is_some();
                 Ok(LayerWeights {
-                    attn_norm: vector(&n("attn_norm"))?,
-                    wq: matrix(&n("attn_q"), d, d)?,
-                    wk: matrix(&n("attn_k"), dkv, d)?,
-                    wv: matrix(&n("attn_v"), dkv, d)?,
-                    wo: matrix(&n("attn_output"), d, d)?,
-                    ffn_norm: vector(&n("ffn_norm"))?,
-                    w_gate: matrix(&n("ffn_gate"), ff, d)?,
-                    w_up: matrix(&n("ffn_up"), ff, d)?,
-                    w_down: matrix(&n("ffn_down"), d, ff)?,
+                    attn_norm: loader.vector(&n("attn_norm"), d)?,
+                    wq,
+                    wk,
+                    wv,
+                    qkv_bias: match has_bias {
+                        true => Some([loader.vector(&b("attn_q"), dq)?, loader.vector(&b("attn_k"), dkv)?, loader.vector(&b("attn_v"), dkv)?]),
+                        false => None,
+                    },
+                    qk_norm: match traits.qk_norm {
+                        true => Some([loader.vector(&n("attn_q_norm"), cfg.head_dim)?, loader.vector(&n("attn_k_norm"), cfg.head_dim)?]),
+                        false => None,
+                    },
+                    wo: loader.matrix(&n("attn_output"), d, dq)?,
+                    post_attn_norm: traits.post_norms.then(|| loader.vector(&n("post_attention_norm"), d)).transpose()?,
+                    ffn_norm: loader.vector(&n("ffn_norm"), d)?,
+                    w_gate,
+                    w_up,
+                    w_down: loader.matrix(&n("ffn_down"), d, ff)?,
+                    post_ffn_norm: traits.post_norms.then(|| loader.vector(&n("post_ffw_norm"), d)).transpose()?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let token_embd = matrix("token_embd.weight", vocab, d)?;
+        let token_embd = loader.matrix("token_embd.weight", vocab, d)?;
         let output = match file.usable_tensor("output.weight")? {
-            Some(_) => matrix("output.weight", vocab, d)?,
+            Some(_) => loader.matrix("output.weight", vocab, d)?,
             None => token_embd.clone(),
         };
+        let rope_freq_factors = match file.usable_tensor("rope_freqs.weight")? {
+            Some(_) => Some(loader.vector("rope_freqs.weight", cfg.head_dim / 2)?),
+            None => None,
+        };
+        if let Some(f) = &rope_freq_factors {
+            if f.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+                return Err(Error::Model("rope_freqs.weight holds a value that is not a positive number".into()));
+            }
+        }
         Ok(LlamaWeights {
             map: Arc::clone(file.map()),
             precision,
             token_embd,
             layers,
-            output_norm: vector("output_norm.weight")?,
+            output_norm: loader.vector("output_norm.weight", d)?,
             output,
+            rope_freq_factors,
         })
     }
 
@@ -169,6 +187,64 @@ impl LlamaWeights {
             Storage::Mapped { .. } => dequantize_row(m.ty, row, out),
             Storage::Packed(_, layout) => dequantize_packed_row_in(m.ty, layout, row, out),
         }
+    }
+}
+
+/// Reads tensors from the file into [`Matrix`] and vector form.
+struct Loader<'a> {
+    file: &'a GgufFile,
+    /// How quantized matrices are packed (decided by the precision).
+    layout: Layout,
+}
+
+impl Loader<'_> {
+    /// The `[rows][cols]` matrix `name`.
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let [m] = self.split_matrix(name, cols, [rows])?;
+        Ok(m)
+    }
+
+    /// The matrix `name` of `cols` columns cut into consecutive row blocks of the given
+    /// sizes (a fused matrix taken apart: each output row is an independent dot product, so
+    /// the parts compute exactly what the whole would).
+    fn split_matrix<const N: usize>(&self, name: &str, cols: usize, rows: [usize; N]) -> Result<[Matrix; N]> {
+        let info = tensor(self.file, name)?;
+        check_shape(info, &[cols, rows.iter().sum()])?;
+        if !cols.is_multiple_of(GROUP) {
+            return Err(Error::Unsupported(format!(
+                "tensor '{name}' rows of {cols} values (must be a multiple of {GROUP})"
+            )));
+        }
+        let row_bytes = info.ggml_type.row_bytes(cols);
+        let mut first = 0;
+        let parts = rows.map(|n| {
+            let bytes = first * row_bytes..(first + n) * row_bytes;
+            first += n;
+            let storage = if is_packed(info.ggml_type) {
+                let mut packed = pack_rows(info.ggml_type, cols, &self.file.tensor_bytes(info)[bytes]);
+                if self.layout == Layout::Chunked {
+                    chunk_rows(info.ggml_type, cols, &mut packed);
+                }
+                Storage::Packed(packed.into(), self.layout)
+            } else {
+                Storage::Mapped { offset: info.offset + bytes.start, n_bytes: bytes.len() }
+            };
+            Matrix { name: name.into(), ty: info.ggml_type, rows: n, cols, storage }
+        });
+        if is_packed(info.ggml_type) {
+            // The file's pages are no longer needed: let the kernel reclaim them.
+            self.file.release(info);
+        }
+        Ok(parts)
+    }
+
+    /// The vector `name` of `len` values, dequantized to f32.
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let info = tensor(self.file, name)?;
+        check_shape(info, &[len])?;
+        let mut v = vec![0.0; len];
+        dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut v);
+        Ok(v)
     }
 }
 
