@@ -7,7 +7,7 @@ use memmap2::Mmap;
 use super::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_packed, pack_rows, Layout};
+use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_int8_packable, is_packed, pack_rows, Layout};
 use crate::kernels::{MatRef, Precision, GROUP};
 use crate::tensor::{dequantize_row, GgmlType};
 
@@ -93,6 +93,9 @@ impl LlamaWeights {
             let storage = if is_packed(info.ggml_type) {
                 let bytes = file.tensor_bytes(info);
                 let mut packed = pack_rows(info.ggml_type, cols, bytes);
+                // Types the int8 kernels cannot read run the float32 kernels in either
+                // precision (kept in the grouped layout).
+                let layout = if is_int8_packable(info.ggml_type) { layout } else { Layout::Grouped };
                 if layout == Layout::Chunked {
                     chunk_rows(info.ggml_type, cols, &mut packed);
                 }
