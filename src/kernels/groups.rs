@@ -145,6 +145,16 @@ pub trait CodeForm {
     const CODE_BYTES: usize;
     /// The codes as two exact 16-lane halves.
     unsafe fn codes<L: Lanes16>(p: *const u8) -> (L, L);
+    /// `d * code (+ a)` with one scale (and offset) for all 32 codes.
+    #[inline(always)]
+    unsafe fn weights<L: Lanes16>(p: *const u8, d: L, a: Option<L>) -> (L, L) {
+        let (lo, hi) = Self::codes::<L>(p);
+        let (lo, hi) = (L::mul(d, lo), L::mul(d, hi));
+        match a {
+            Some(a) => (L::add(lo, a), L::add(hi, a)),
+            None => (lo, hi),
+        }
+    }
 }
 
 /// One signed byte per code.
@@ -171,6 +181,10 @@ impl<const BIAS: i8> CodeForm for NibbleCodes<BIAS> {
             (L::add(lo, b), L::add(hi, b))
         }
     }
+    #[inline(always)]
+    unsafe fn weights<L: Lanes16>(p: *const u8, d: L, a: Option<L>) -> (L, L) {
+        L::nibble_weights(p, BIAS as f32, d, a)
+    }
 }
 
 /// A decoded group type (`kernels::packed`, group layout): codes `C`, f32 scales per half
@@ -188,10 +202,16 @@ impl<C: CodeForm, const HALVES: bool, const OFFSET: bool> WeightGroup for Groups
     }
     #[inline(always)]
     unsafe fn weights_at<L: Lanes16>(row: *const u8, groups: usize, g: usize, _d: L) -> (L, L) {
-        let (lo, hi) = C::codes::<L>(row.add(g * C::CODE_BYTES));
+        let codes = row.add(g * C::CODE_BYTES);
         let s = if HALVES { 2 } else { 1 };
         // Native-endian f32 scales for all groups, then the offsets.
         let base = row.add(groups * C::CODE_BYTES).cast::<f32>();
+        if !HALVES {
+            let d = L::splat(base.add(g).read_unaligned());
+            let a = if OFFSET { Some(L::splat(base.add(groups + g).read_unaligned())) } else { None };
+            return C::weights::<L>(codes, d, a);
+        }
+        let (lo, hi) = C::codes::<L>(codes);
         let scales = base.add(g * s);
         let (d_lo, d_hi) = (scales.read_unaligned(), scales.add(s - 1).read_unaligned());
         let (mut w_lo, mut w_hi) = (L::mul(L::splat(d_lo), lo), L::mul(L::splat(d_hi), hi));
