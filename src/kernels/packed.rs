@@ -103,10 +103,10 @@ fn pack_groups(format: GroupFormat, groups: &[Group], dst: &mut [u8]) {
                 }
             }
             Codes::Nibbles { bias } => {
-                for l in 0..16 {
+                for (l, b) in c.iter_mut().enumerate() {
                     let (lo, hi) = (g.codes[l] - bias, g.codes[l + 16] - bias);
                     debug_assert!((0..16).contains(&lo) && (0..16).contains(&hi));
-                    c[l] = lo as u8 | ((hi as u8) << 4);
+                    *b = lo as u8 | ((hi as u8) << 4);
                 }
             }
         }
@@ -131,9 +131,9 @@ pub fn packed_group(format: GroupFormat, row: &[u8], groups: usize, g: usize) ->
             }
         }
         Codes::Nibbles { bias } => {
-            for l in 0..16 {
-                out.codes[l] = (c[l] & 0x0F) as i8 + bias;
-                out.codes[l + 16] = (c[l] >> 4) as i8 + bias;
+            for (l, &b) in c.iter().enumerate() {
+                out.codes[l] = (b & 0x0F) as i8 + bias;
+                out.codes[l + 16] = (b >> 4) as i8 + bias;
             }
         }
     }

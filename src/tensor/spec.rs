@@ -8,6 +8,9 @@
 
 use super::GgmlType;
 
+/// Decodes whole blocks into [`Group`]s (one per 32 values).
+pub type DecodeGroups = fn(bytes: &[u8], groups: &mut [Group]);
+
 /// Everything reprolm needs to know about one ggml tensor type.
 #[derive(Debug)]
 pub struct TypeSpec {
@@ -33,7 +36,7 @@ pub struct TypeSpec {
     pub kernel: KernelGroup,
     /// For [`KernelGroup::Groups`] types: decodes whole blocks into [`Group`]s (one per 32
     /// values), from which the packed layout is written.
-    pub decode_groups: Option<fn(bytes: &[u8], groups: &mut [Group])>,
+    pub decode_groups: Option<DecodeGroups>,
 }
 
 /// How a type enters the f32 matmul kernels (`kernels::groups`), which always work on groups
