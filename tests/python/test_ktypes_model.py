@@ -79,3 +79,11 @@ def test_int8_precision_runs_these_types_in_float32(kquant_llama: Path, logits: 
     model = reprolm.Model.load(kquant_llama, threads=2, precision="int8")
     assert model.precision == "int8"
     assert np.array_equal(model.logits(PROMPT), logits)
+
+
+def test_same_bits_as_the_dequantized_float32_model(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) -> None:
+    # The kernels use exactly the dequantized weights, in the float kernels' operation order:
+    # the file converted to F32 gives the same logit bits.
+    reprolm.convert(kquant_llama, tmp_path / "f32.gguf", to="f32")
+    assert {t.type for t in reprolm.inspect(tmp_path / "f32.gguf").tensors} == {"F32"}
+    assert np.array_equal(reprolm.Model.load(tmp_path / "f32.gguf", threads=2).logits(PROMPT), logits)
