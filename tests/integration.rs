@@ -12,6 +12,8 @@ mod forward_int8;
 mod forward_reference;
 mod fuzz_corpora;
 mod fuzz_regressions;
+mod gemma3;
+mod gemma_tensors;
 mod kernels;
 mod kernels_int8;
 mod quantize;

@@ -5,7 +5,7 @@ use crate::common;
 
 use common::Rng;
 
-use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows};
+use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows, packed_row_bytes};
 use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, MatRef, OutPtr};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
@@ -31,6 +31,14 @@ fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u
                 let n = if ty == GgmlType::Q8_0 { 32 } else { 16 };
                 bytes.extend((0..n).map(|_| rng.byte()));
             }
+            _ => {
+                // Random codes and sub-block scales; finite, moderate f16 scales and mins.
+                let start = bytes.len();
+                bytes.extend((0..ty.block_bytes()).map(|_| rng.byte()));
+                for &at in ty.spec().f16_fields {
+                    bytes[start + at..start + at + 2].copy_from_slice(&f16(rng.unit() * 0.05));
+                }
+            }
         }
     }
     bytes
@@ -39,12 +47,16 @@ fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u
 /// The matrix in kernel layout (packed for quantized types) and its dequantized values.
 fn prepare(ty: GgmlType, rows: usize, cols: usize, ggml: &[u8]) -> (Vec<u8>, Vec<f32>) {
     let data = if is_packed(ty) { pack_rows(ty, cols, ggml) } else { ggml.to_vec() };
-    let rb = ty.row_bytes(cols);
+    let (rb, pb) = (ty.row_bytes(cols), packed_row_bytes(ty, cols));
     let mut w = vec![0f32; rows * cols];
     for r in 0..rows {
         let out = &mut w[r * cols..(r + 1) * cols];
         if is_packed(ty) {
-            dequantize_packed_row(ty, &data[r * rb..(r + 1) * rb], out);
+            dequantize_packed_row(ty, &data[r * pb..(r + 1) * pb], out);
+            // The packed layout holds ggml's values bit for bit.
+            let mut direct = vec![0f32; cols];
+            dequantize_row(ty, &ggml[r * rb..(r + 1) * rb], &mut direct);
+            assert!(direct.iter().zip(out.iter()).all(|(a, b)| a.to_bits() == b.to_bits()), "{}", ty.name());
         } else {
             dequantize_row(ty, &ggml[r * rb..(r + 1) * rb], out);
         }
@@ -67,7 +79,8 @@ fn run(isa: Isa, m: &MatRef, x: &[f32], gs: &[f32], n_tokens: usize) -> Vec<u32>
 fn matmul_paths_agree_bitwise_and_with_float64() {
     let mut rng = Rng(0x1234_5678_9ABC_DEF1);
     for ty in GgmlType::ALL {
-        for &(rows, cols) in &[(1, 32), (7, 64), (13, 576), (33, 96), (5, 1536)] {
+        let shapes = [(1, 32), (7, 64), (13, 576), (33, 96), (5, 1536), (3, 256), (6, 768), (2, 2560)];
+        for &(rows, cols) in shapes.iter().filter(|s| s.1 % ty.block_size() == 0) {
             let ggml = random_matrix(&mut rng, ty, rows, cols);
             let (data, w) = prepare(ty, rows, cols, &ggml);
             let m = MatRef { ty, rows, cols, data: &data };

@@ -12,7 +12,7 @@ from . import sampling
 from ._callable import CallableModel
 from ._core import ModelConfig, __version__
 from ._decoding import Beam, StepInfo
-from ._download import cache_dir, default_model_path
+from ._download import cache_dir, default_model_path, known_models, model_path, model_terms
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
 from ._model import Chunk, Completion, EngineStats, FinishReason, Message, Model, Prompt, Request, Session
 from ._quantize import QuantizeReport, TensorReport, convert, quantize, quantize_row
@@ -58,6 +58,9 @@ __all__ = [
     "Sampler",
     "sampling",
     "default_model_path",
+    "known_models",
+    "model_path",
+    "model_terms",
     "cache_dir",
     "inspect",
     "GgufInfo",

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from . import _args, _core
 from ._decoding import Beam, StepInfo
-from ._download import fetch_default_model
+from ._download import fetch_default_model, resolve_model
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
 from .sampling import Sampler, _step_sampler
@@ -98,7 +98,9 @@ class Model:
         max_batch_tokens: Optional[int] = None,
         kv_memory: Optional[int] = None,
     ) -> "Model":
-        """Loads a GGUF file.
+        """Loads a GGUF file, or a known model by name (``"smollm2-135m"``,
+        ``"gemma3-270m"``: see :func:`reprolm.known_models`), fetched into the cache on first
+        use (an existing file of that name is loaded instead).
 
         ``threads``: worker threads (default: all cores). ``isa``: force a kernel path,
         ``"scalar"``, ``"avx2"`` or ``"avx512"`` (default: ``REPROLM_ISA``, else the best
@@ -116,7 +118,7 @@ class Model:
         the memory available at load time). None of them changes any result.
         """
         engine = _core.Engine(
-            Path(path), threads=threads, isa=isa, precision=precision, max_concurrent=max_concurrent,
+            resolve_model(path), threads=threads, isa=isa, precision=precision, max_concurrent=max_concurrent,
             max_queue=max_queue, max_batch_tokens=max_batch_tokens, kv_memory=kv_memory,
         )
         return cls(engine)

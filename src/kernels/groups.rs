@@ -19,6 +19,14 @@
 //!   [`super::lanes::Lanes16::reduce`].
 //!
 //! For Q8_0 and Q4_0 this is exactly the dot product with ggml's dequantized weights.
+//!
+//! Decoded group types ([`Groups`]: Q5_0, Q5_1 and the K-quants) carry f32 scales (and
+//! offsets) per group or per half-group in the packed row; their weights are
+//! `w = scale * code` or `w = scale * code + offset`, one exact multiplication then one
+//! rounded addition: ggml's dequantized values bit for bit, so for them too the result is the
+//! fused dot product with exactly the dequantized weights (same two chains and tree).
+
+use std::marker::PhantomData;
 
 use super::lanes::Lanes16;
 
@@ -42,6 +50,12 @@ pub trait WeightGroup {
         } else {
             (lo, hi)
         }
+    }
+    /// The weights of group `g` of a packed row of `groups` groups at `row` (`d`: its f16
+    /// scale if `SCALED`).
+    #[inline(always)]
+    unsafe fn weights_at<L: Lanes16>(row: *const u8, _groups: usize, g: usize, d: L) -> (L, L) {
+        Self::weights::<L>(row.add(g * Self::CODE_BYTES), d)
     }
 }
 
@@ -123,5 +137,89 @@ impl WeightGroup for Q4_1Group {
     #[inline(always)]
     unsafe fn weights<L: Lanes16>(p: *const u8, d: L) -> (L, L) {
         L::scaled_nibbles::<false>(p, d)
+    }
+}
+
+/// How a decoded group type's 32 codes are stored (see `tensor::Codes`).
+pub trait CodeForm {
+    const CODE_BYTES: usize;
+    /// The codes as two exact 16-lane halves.
+    unsafe fn codes<L: Lanes16>(p: *const u8) -> (L, L);
+    /// `d * code (+ a)` with one scale (and offset) for all 32 codes.
+    #[inline(always)]
+    unsafe fn weights<L: Lanes16>(p: *const u8, d: L, a: Option<L>) -> (L, L) {
+        let (lo, hi) = Self::codes::<L>(p);
+        let (lo, hi) = (L::mul(d, lo), L::mul(d, hi));
+        match a {
+            Some(a) => (L::add(lo, a), L::add(hi, a)),
+            None => (lo, hi),
+        }
+    }
+}
+
+/// One signed byte per code.
+pub struct I8Codes;
+impl CodeForm for I8Codes {
+    const CODE_BYTES: usize = 32;
+    #[inline(always)]
+    unsafe fn codes<L: Lanes16>(p: *const u8) -> (L, L) {
+        L::i8x32(p.cast())
+    }
+}
+
+/// Nibbles plus `BIAS` (Q4_0's order); the addition of a small integer is exact.
+pub struct NibbleCodes<const BIAS: i8>;
+impl<const BIAS: i8> CodeForm for NibbleCodes<BIAS> {
+    const CODE_BYTES: usize = 16;
+    #[inline(always)]
+    unsafe fn codes<L: Lanes16>(p: *const u8) -> (L, L) {
+        let (lo, hi) = L::nibbles(p);
+        if BIAS == 0 {
+            (lo, hi)
+        } else {
+            let b = L::splat(BIAS as f32);
+            (L::add(lo, b), L::add(hi, b))
+        }
+    }
+    #[inline(always)]
+    unsafe fn weights<L: Lanes16>(p: *const u8, d: L, a: Option<L>) -> (L, L) {
+        L::nibble_weights(p, BIAS as f32, d, a)
+    }
+}
+
+/// A decoded group type (`kernels::packed`, group layout): codes `C`, f32 scales per half
+/// (`HALVES`) or per group, f32 offsets if `OFFSET`.
+pub struct Groups<C, const HALVES: bool, const OFFSET: bool>(PhantomData<C>);
+impl<C: CodeForm, const HALVES: bool, const OFFSET: bool> WeightGroup for Groups<C, HALVES, OFFSET> {
+    const CODE_BYTES: usize = C::CODE_BYTES;
+    // The scales are f32 and read per group below, not the f16 chunks of `SCALED` types;
+    // the offsets are part of each weight, not Q4_1's group-sum term.
+    const SCALED: bool = false;
+    const OFFSET: bool = false;
+    #[inline(always)]
+    unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
+        C::codes::<L>(p)
+    }
+    #[inline(always)]
+    unsafe fn weights_at<L: Lanes16>(row: *const u8, groups: usize, g: usize, _d: L) -> (L, L) {
+        let codes = row.add(g * C::CODE_BYTES);
+        let s = if HALVES { 2 } else { 1 };
+        // Native-endian f32 scales for all groups, then the offsets.
+        let base = row.add(groups * C::CODE_BYTES).cast::<f32>();
+        if !HALVES {
+            let d = L::splat(base.add(g).read_unaligned());
+            let a = if OFFSET { Some(L::splat(base.add(groups + g).read_unaligned())) } else { None };
+            return C::weights::<L>(codes, d, a);
+        }
+        let (lo, hi) = C::codes::<L>(codes);
+        let scales = base.add(g * s);
+        let (d_lo, d_hi) = (scales.read_unaligned(), scales.add(s - 1).read_unaligned());
+        let (mut w_lo, mut w_hi) = (L::mul(L::splat(d_lo), lo), L::mul(L::splat(d_hi), hi));
+        if OFFSET {
+            let m = base.add(groups * s + g * s);
+            w_lo = L::add(w_lo, L::splat(m.read_unaligned()));
+            w_hi = L::add(w_hi, L::splat(m.add(s - 1).read_unaligned()));
+        }
+        (w_lo, w_hi)
     }
 }

@@ -37,10 +37,10 @@
 use std::ops::Range;
 
 use super::lanes::{Lanes16, Scalar16};
-use super::packed::{code_bytes, is_packed};
+use super::packed::{code_bytes, is_int8_packable};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use super::{f16_chunk, prefetch, Isa, MatRef, OutPtr, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
-use crate::tensor::GgmlType;
+use crate::tensor::KernelGroup;
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
 /// (packed, chunked layout) against token `t` of `act`, by the order in the module docs.
@@ -49,7 +49,7 @@ use crate::tensor::GgmlType;
 /// `out` must be valid for those writes, and no other thread may touch those elements.
 pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
     assert_eq!(w.cols, act.cols);
-    assert!(is_packed(w.ty) && w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
+    assert!(is_int8_packable(w.ty) && w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     let (qs, ls) = (act.q_stride(), act.lane_stride());
     assert!(act.q.len() >= act.n_tokens * qs);
@@ -194,11 +194,11 @@ impl Kind for KQ8_0 {
 
 #[inline(always)]
 unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
-    match w.ty {
-        GgmlType::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out),
-        GgmlType::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out),
-        GgmlType::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out),
-        _ => unreachable!("checked by is_packed"),
+    match w.ty.kernel() {
+        KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out),
+        KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out),
+        KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out),
+        _ => unreachable!("checked by is_int8_packable"),
     }
 }
 

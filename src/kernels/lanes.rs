@@ -54,6 +54,24 @@ pub trait Lanes16: Copy {
         }
         (Self::mul(d, lo), Self::mul(d, hi))
     }
+    /// `d * (q + bias) + a` (or without `+ a` if `a` is `None`) for the 32 nibbles `q` of
+    /// `qs` (low nibbles, then high), `bias` a small integer: `q + bias` and the product are
+    /// exact, the addition rounds once (a decoded group type's weights, see `groups`).
+    #[inline(always)]
+    unsafe fn nibble_weights(qs: *const u8, bias: f32, d: Self, a: Option<Self>) -> (Self, Self) {
+        let (mut lo, mut hi) = Self::nibbles(qs);
+        if bias != 0.0 {
+            let b = Self::splat(bias);
+            lo = Self::add(lo, b);
+            hi = Self::add(hi, b);
+        }
+        let (mut lo, mut hi) = (Self::mul(d, lo), Self::mul(d, hi));
+        if let Some(a) = a {
+            lo = Self::add(lo, a);
+            hi = Self::add(hi, a);
+        }
+        (lo, hi)
+    }
     /// 32 signed bytes: (first 16, last 16).
     unsafe fn i8x32(qs: *const i8) -> (Self, Self);
     /// 16 little-endian f16 values.
@@ -270,6 +288,24 @@ mod x86 {
             let table = _mm512_mul_ps(d.0, iota);
             let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs.cast()));
             // permutexvar reads only the low 4 bits of each index.
+            (
+                Avx512(_mm512_permutexvar_ps(bytes, table)),
+                Avx512(_mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table)),
+            )
+        }
+        /// The 16 possible weights computed once (`d * (k + bias) + a`, the same operations
+        /// per value) and looked up by one permute per half.
+        #[inline(always)]
+        unsafe fn nibble_weights(qs: *const u8, bias: f32, d: Self, a: Option<Self>) -> (Self, Self) {
+            let iota = _mm512_setr_ps(
+                0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+            );
+            let k = if bias != 0.0 { _mm512_add_ps(iota, _mm512_set1_ps(bias)) } else { iota };
+            let mut table = _mm512_mul_ps(d.0, k);
+            if let Some(a) = a {
+                table = _mm512_add_ps(table, a.0);
+            }
+            let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs.cast()));
             (
                 Avx512(_mm512_permutexvar_ps(bytes, table)),
                 Avx512(_mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table)),

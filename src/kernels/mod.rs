@@ -14,13 +14,13 @@ pub mod quantize_act;
 
 use std::ops::Range;
 
-use groups::{Bf16Group, F16Group, F32Group, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
+use groups::{Bf16Group, F16Group, F32Group, Groups, I8Codes, NibbleCodes, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
 pub use int8::matmul_rows_int8;
 pub use lanes::{Lanes16, Scalar16};
 pub use quantize_act::QuantizedRows;
 
 use crate::error::{Error, Result};
-use crate::tensor::GgmlType;
+use crate::tensor::{Codes, GgmlType, GroupFormat, KernelGroup};
 
 /// Values per weight group; matrix widths must be multiples of it.
 pub const GROUP: usize = 32;
@@ -144,8 +144,9 @@ pub struct MatRef<'a> {
 }
 
 impl MatRef<'_> {
+    /// Bytes of one row in the kernels' layout ([`packed::packed_row_bytes`]).
     pub fn row_bytes(&self) -> usize {
-        self.ty.row_bytes(self.cols)
+        packed::packed_row_bytes(self.ty, self.cols)
     }
 }
 
@@ -199,7 +200,7 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert!(w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
-    assert!(w.ty != GgmlType::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
+    assert!(w.ty.kernel() != KernelGroup::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
     match isa {
         Isa::Scalar => by_type::<Scalar16>(w, act, rows, out),
@@ -344,13 +345,30 @@ mod x86 {
 
 #[inline(always)]
 unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
-    match w.ty {
-        GgmlType::F32 => tiles::<L, F32Group>(w, act, rows, out),
-        GgmlType::F16 => tiles::<L, F16Group>(w, act, rows, out),
-        GgmlType::BF16 => tiles::<L, Bf16Group>(w, act, rows, out),
-        GgmlType::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out),
-        GgmlType::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out),
-        GgmlType::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out),
+    match w.ty.kernel() {
+        KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out),
+        KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out),
+        KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out),
+        KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out),
+        KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out),
+        KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out),
+        KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out),
+    }
+}
+
+/// The kernel instance of each decoded group format in use (one per format, not per type:
+/// Q5_1 and Q5_K share one). A format no type uses has no instance.
+#[inline(always)]
+unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+    match (f.codes, f.halves, f.offset) {
+        (Codes::I8, false, false) => tiles::<L, Groups<I8Codes, false, false>>(w, act, rows, out), // Q5_0
+        (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out), // Q5_1, Q5_K
+        (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out), // Q6_K
+        (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out), // Q4_K
+        (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out), // Q3_K
+        (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out), // Q2_K
+        // tests/kernels.rs runs every type in GgmlType::ALL through here.
+        _ => unreachable!("no kernel instance for {f:?}: add one here"),
     }
 }
 
@@ -457,7 +475,7 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
             let mut w = [(L::zero(), L::zero()); NR];
             for r in 0..NR {
                 let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
-                w[r] = W::weights::<L>(rows[r].add(g * W::CODE_BYTES), dv);
+                w[r] = W::weights_at::<L>(rows[r], groups, g, dv);
             }
             for t in 0..NT {
                 let xt = x.add(t * cols + g * GROUP);

@@ -10,7 +10,21 @@
 //! [G] f16 m        offsets (Q4_1 only)
 //! ```
 //!
-//! which takes exactly as many bytes as the ggml row.
+//! which takes exactly as many bytes as the ggml row (Q8_0, Q4_0, Q4_1).
+//!
+//! Types the kernels read as decoded groups ([`KernelGroup::Groups`]: Q5_0, Q5_1 and the
+//! K-quants) are decoded at load into [`Group`]s and stored as
+//!
+//! ```text
+//! [G][code bytes]       codes (one i8 each, or nibbles in Q4_0's order)
+//! [G][S] f32 scale      native-endian; S = 2 (a scale per half of 16 values) or 1 (per group)
+//! [G][S] f32 offset     if the format has offsets
+//! ```
+//!
+//! so that a weight is `scale * code (+ offset)`: ggml's dequantized value bit for bit, with
+//! the sub-block scale already multiplied by the super-block scale (exact, see each type).
+//! These rows are larger than ggml's ([`packed_row_bytes`]); the int8 kernels do not read
+//! them (matrices of these types run the float32 kernels in either precision).
 //!
 //! The int8 kernels ([`super::int8`]) use the same row with its codes in the *chunked*
 //! order ([`Layout::Chunked`]): groups in chunks of 16 (the last chunk has `n = G mod 16`
@@ -23,11 +37,32 @@
 //! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
 //! Scales and offsets are unchanged.
 
-use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, QK};
+use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, Codes, GgmlType, Group, GroupFormat, KernelGroup, QK};
 
 /// Whether matrices of this type are repacked (the quantized ones) or used as stored.
 pub fn is_packed(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    !matches!(ty.kernel(), KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16)
+}
+
+/// Whether the int8 kernels can read matrices of this type (packed ggml blocks of 32).
+pub fn is_int8_packable(ty: GgmlType) -> bool {
+    matches!(ty.kernel(), KernelGroup::Q8_0 | KernelGroup::Q4_0 | KernelGroup::Q4_1)
+}
+
+/// The decoded-group format of the type, if the kernels read it as groups.
+fn group_format(ty: GgmlType) -> Option<GroupFormat> {
+    match ty.kernel() {
+        KernelGroup::Groups(f) => Some(f),
+        _ => None,
+    }
+}
+
+/// Bytes of one row of `cols` values in the kernels' layout (as stored for float types).
+pub fn packed_row_bytes(ty: GgmlType, cols: usize) -> usize {
+    match group_format(ty) {
+        Some(f) => cols / QK * f.group_bytes(),
+        None => ty.row_bytes(cols),
+    }
 }
 
 /// Repacks whole ggml rows (`ggml.len()` a multiple of the row size) into the packed layout.
@@ -35,13 +70,81 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8]) -> Vec<u8> {
     let row_bytes = ty.row_bytes(cols);
     assert!(is_packed(ty) && ggml.len().is_multiple_of(row_bytes));
     let groups = cols / QK;
-    let mut out = vec![0u8; ggml.len()];
-    for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(row_bytes)) {
-        match ty {
-            GgmlType::Q8_0 => pack(as_blocks::<BlockQ8_0>(src), dst, groups, |b| (bytemuck_i8(&b.qs), b.d, None)),
-            GgmlType::Q4_0 => pack(as_blocks::<BlockQ4_0>(src), dst, groups, |b| (&b.qs[..], b.d, None)),
-            GgmlType::Q4_1 => pack(as_blocks::<BlockQ4_1>(src), dst, groups, |b| (&b.qs[..], b.d, Some(b.m))),
-            _ => unreachable!("checked by is_packed"),
+    let packed_bytes = packed_row_bytes(ty, cols);
+    let mut out = vec![0u8; ggml.len() / row_bytes * packed_bytes];
+    let mut decoded = vec![Group::ZERO; groups];
+    for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(packed_bytes)) {
+        match ty.kernel() {
+            KernelGroup::Q8_0 => pack(as_blocks::<BlockQ8_0>(src), dst, groups, |b| (bytemuck_i8(&b.qs), b.d, None)),
+            KernelGroup::Q4_0 => pack(as_blocks::<BlockQ4_0>(src), dst, groups, |b| (&b.qs[..], b.d, None)),
+            KernelGroup::Q4_1 => pack(as_blocks::<BlockQ4_1>(src), dst, groups, |b| (&b.qs[..], b.d, Some(b.m))),
+            KernelGroup::Groups(format) => {
+                let decode = ty.spec().decode_groups.expect("group types have a group decoder");
+                decode(src, &mut decoded);
+                pack_groups(format, &decoded, dst);
+            }
+            KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16 => unreachable!("checked by is_packed"),
+        }
+    }
+    out
+}
+
+/// Writes one row of decoded groups in the group layout (module docs).
+fn pack_groups(format: GroupFormat, groups: &[Group], dst: &mut [u8]) {
+    let (cb, s) = (format.code_bytes(), format.scales());
+    let (codes, rest) = dst.split_at_mut(groups.len() * cb);
+    let (scales, offsets) = rest.split_at_mut(groups.len() * s * 4);
+    for (i, g) in groups.iter().enumerate() {
+        let c = &mut codes[i * cb..(i + 1) * cb];
+        match format.codes {
+            Codes::I8 => {
+                for (b, &q) in c.iter_mut().zip(&g.codes) {
+                    *b = q as u8;
+                }
+            }
+            Codes::Nibbles { bias } => {
+                for (l, b) in c.iter_mut().enumerate() {
+                    let (lo, hi) = (g.codes[l] - bias, g.codes[l + 16] - bias);
+                    debug_assert!((0..16).contains(&lo) && (0..16).contains(&hi));
+                    *b = lo as u8 | ((hi as u8) << 4);
+                }
+            }
+        }
+        for h in 0..s {
+            scales[(i * s + h) * 4..(i * s + h + 1) * 4].copy_from_slice(&g.scale[h].to_ne_bytes());
+            if format.offset {
+                offsets[(i * s + h) * 4..(i * s + h + 1) * 4].copy_from_slice(&g.offset[h].to_ne_bytes());
+            }
+        }
+    }
+}
+
+/// Group `g` of a packed row in the group layout of `format` (`groups` groups).
+pub fn packed_group(format: GroupFormat, row: &[u8], groups: usize, g: usize) -> Group {
+    let (cb, s) = (format.code_bytes(), format.scales());
+    let c = &row[g * cb..(g + 1) * cb];
+    let mut out = Group::ZERO;
+    match format.codes {
+        Codes::I8 => {
+            for (q, &b) in out.codes.iter_mut().zip(c) {
+                *q = b as i8;
+            }
+        }
+        Codes::Nibbles { bias } => {
+            for (l, &b) in c.iter().enumerate() {
+                out.codes[l] = (b & 0x0F) as i8 + bias;
+                out.codes[l + 16] = (b >> 4) as i8 + bias;
+            }
+        }
+    }
+    let f32_at = |at: usize| f32::from_ne_bytes([row[at], row[at + 1], row[at + 2], row[at + 3]]);
+    let scales = groups * cb;
+    let offsets = scales + groups * s * 4;
+    for h in 0..2 {
+        let k = g * s + h.min(s - 1);
+        out.scale[h] = f32_at(scales + 4 * k);
+        if format.offset {
+            out.offset[h] = f32_at(offsets + 4 * k);
         }
     }
     out
@@ -98,17 +201,18 @@ pub fn chunked_code_offset(code_bytes: usize, groups: usize, g: usize, byte: usi
 
 /// Bytes of codes per group of a packed type.
 pub fn code_bytes(ty: GgmlType) -> usize {
-    match ty {
-        GgmlType::Q8_0 => QK,
-        GgmlType::Q4_0 | GgmlType::Q4_1 => QK / 2,
-        _ => unreachable!("not a packed type"),
+    match ty.kernel() {
+        KernelGroup::Q8_0 => QK,
+        KernelGroup::Q4_0 | KernelGroup::Q4_1 => QK / 2,
+        KernelGroup::Groups(f) => f.code_bytes(),
+        KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16 => unreachable!("not a packed type"),
     }
 }
 
 /// Reorders the codes of whole packed rows (grouped layout) into the chunked layout, in place.
 pub fn chunk_rows(ty: GgmlType, cols: usize, packed: &mut [u8]) {
     let row_bytes = ty.row_bytes(cols);
-    assert!(is_packed(ty) && packed.len().is_multiple_of(row_bytes));
+    assert!(is_int8_packable(ty) && packed.len().is_multiple_of(row_bytes));
     let (groups, cb) = (cols / QK, code_bytes(ty));
     let mut grouped = vec![0u8; groups * cb];
     for row in packed.chunks_exact_mut(row_bytes) {
@@ -131,8 +235,15 @@ pub fn dequantize_packed_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
 
 /// [`dequantize_packed_row`] for a row in either layout.
 pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &mut [f32]) {
-    assert!(is_packed(ty) && row.len() == ty.row_bytes(out.len()));
+    assert!(is_packed(ty) && row.len() == packed_row_bytes(ty, out.len()));
     let groups = out.len() / QK;
+    if let Some(format) = group_format(ty) {
+        assert_eq!(layout, Layout::Grouped, "group types have no chunked layout");
+        for (g, o) in out.chunks_exact_mut(QK).enumerate() {
+            packed_group(format, row, groups, g).values(format.offset, o);
+        }
+        return;
+    }
     let cb = code_bytes(ty);
     let code = |g: usize, b: usize| match layout {
         Layout::Grouped => row[g * cb + b],
@@ -140,8 +251,8 @@ pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &
     };
     let scales = &row[groups * cb..];
     let f16 = |bytes: &[u8], g: usize| half::f16::from_le_bytes([bytes[2 * g], bytes[2 * g + 1]]).to_f32();
-    match ty {
-        GgmlType::Q8_0 => {
+    match ty.kernel() {
+        KernelGroup::Q8_0 => {
             for (g, o) in out.chunks_exact_mut(QK).enumerate() {
                 let dg = f16(scales, g);
                 for (j, v) in o.iter_mut().enumerate() {
@@ -149,7 +260,7 @@ pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &
                 }
             }
         }
-        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+        KernelGroup::Q4_0 | KernelGroup::Q4_1 => {
             let (d, m) = scales.split_at(groups * 2);
             for (g, o) in out.chunks_exact_mut(QK).enumerate() {
                 let dg = f16(d, g);
@@ -167,7 +278,7 @@ pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &
                 }
             }
         }
-        _ => unreachable!("checked by is_packed"),
+        _ => unreachable!("checked by is_packed and group_format"),
     }
 }
 
@@ -185,27 +296,34 @@ mod tests {
             state ^= state << 17;
             (state >> 24) as u8
         };
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
-            let (rows, cols) = (3, 21 * QK);
+        for ty in GgmlType::ALL.into_iter().filter(|&t| is_packed(t)) {
+            let (rows, cols) = (3, 21 * ty.block_size());
             let mut ggml: Vec<u8> = (0..rows * ty.row_bytes(cols)).map(|_| byte()).collect();
-            // Keep the f16 scales finite so the comparison is of numbers.
+            // Keep the f16 scales finite so the comparison is of numbers (NaN payloads may
+            // depend on the operand order the compiler picks).
             for b in ggml.chunks_exact_mut(ty.block_bytes()) {
-                b[1] &= 0x3F;
-                if ty == GgmlType::Q4_1 {
-                    b[3] &= 0x3F;
+                for &at in ty.spec().f16_fields {
+                    b[at + 1] &= 0x3F;
                 }
             }
             let packed = pack_rows(ty, cols, &ggml);
+            let (rb, pb) = (ty.row_bytes(cols), packed_row_bytes(ty, cols));
+            assert_eq!(packed.len(), rows * pb);
             let mut chunked = packed.clone();
-            chunk_rows(ty, cols, &mut chunked);
-            let rb = ty.row_bytes(cols);
+            if is_int8_packable(ty) {
+                chunk_rows(ty, cols, &mut chunked);
+            }
             for r in 0..rows {
                 let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
                 dequantize_row(ty, &ggml[r * rb..(r + 1) * rb], &mut a);
-                dequantize_packed_row(ty, &packed[r * rb..(r + 1) * rb], &mut b);
-                assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
-                dequantize_packed_row_in(ty, Layout::Chunked, &chunked[r * rb..(r + 1) * rb], &mut b);
-                assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                dequantize_packed_row(ty, &packed[r * pb..(r + 1) * pb], &mut b);
+                if let Some(i) = (0..cols).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+                    panic!("{} row {r} value {i}: {} vs {}", ty.name(), a[i], b[i]);
+                }
+                if is_int8_packable(ty) {
+                    dequantize_packed_row_in(ty, Layout::Chunked, &chunked[r * pb..(r + 1) * pb], &mut b);
+                    assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                }
             }
         }
     }

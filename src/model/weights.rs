@@ -7,7 +7,7 @@ use memmap2::Mmap;
 use super::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_packed, pack_rows, Layout};
+use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_int8_packable, is_packed, pack_rows, Layout};
 use crate::kernels::{MatRef, Precision, GROUP};
 use crate::tensor::{dequantize_row, GgmlType};
 
@@ -222,10 +222,13 @@ impl Loader<'_> {
             first += n;
             let storage = if is_packed(info.ggml_type) {
                 let mut packed = pack_rows(info.ggml_type, cols, &self.file.tensor_bytes(info)[bytes]);
-                if self.layout == Layout::Chunked {
+                // Types the int8 kernels cannot read run the float32 kernels in either
+                // precision (kept in the grouped layout).
+                let layout = if is_int8_packable(info.ggml_type) { self.layout } else { Layout::Grouped };
+                if layout == Layout::Chunked {
                     chunk_rows(info.ggml_type, cols, &mut packed);
                 }
-                Storage::Packed(packed.into(), self.layout)
+                Storage::Packed(packed.into(), layout)
             } else {
                 Storage::Mapped { offset: info.offset + bytes.start, n_bytes: bytes.len() }
             };

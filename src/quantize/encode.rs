@@ -57,6 +57,8 @@ pub fn encode_row(ty: GgmlType, scheme: Scheme, x: &[f32], out: &mut [u8]) -> st
                 clipped = quantize_row_q4_1_uniform(x, clip, as_blocks_mut(out)).map_err(|_| RowError::Overflow)?
             }
         },
+        // The options admit only the types above (quantize/options.rs).
+        _ => unreachable!("{} is not an output type of quantize", ty.name()),
     }
     if ty.is_quantized() && !scales_finite(ty, out) {
         return Err(RowError::Overflow);

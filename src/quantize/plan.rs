@@ -42,15 +42,9 @@ pub fn convert_plan(file: &GgufFile, to: GgmlType) -> Vec<GgmlType> {
 }
 
 /// llama.cpp's `llama_ftype` for a file whose matrices are mostly `ty`.
+/// (Only the types quantize and convert write have one.)
 pub fn file_type(ty: GgmlType) -> u32 {
-    match ty {
-        GgmlType::F32 => 0,
-        GgmlType::F16 => 1,
-        GgmlType::Q4_0 => 2,
-        GgmlType::Q4_1 => 3,
-        GgmlType::Q8_0 => 7,
-        GgmlType::BF16 => 32,
-    }
+    ty.spec().file_type.unwrap_or_else(|| unreachable!("{} is not an output type of quantize", ty.name()))
 }
 
 /// The source metadata in order, with `general.file_type` set to `file_type` (in place, or

@@ -29,7 +29,7 @@ fn block_geometry(ty: GgmlType, block: &[u8]) -> (f64, f64, f64) {
             // w = d·q, q in -128..128.
             (d.abs(), (-128.0 * d).min(127.0 * d), (-128.0 * d).max(127.0 * d))
         }
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("float types have no step"),
+        _ => unreachable!("{} is not an output type of quantize", ty.name()),
     }
 }
 

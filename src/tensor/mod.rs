@@ -1,12 +1,18 @@
-//! ggml tensor types, their block layouts and dequantization.
+//! ggml tensor types: one table entry per type ([`spec::TypeSpec`], in `types/`), the
+//! block layouts and dequantization.
 
 mod blocks;
-mod dequant;
+pub mod spec;
+pub mod types;
 
-pub use blocks::{as_blocks, as_blocks_mut, BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
-pub use dequant::dequantize_row;
+pub use blocks::{as_blocks, as_blocks_mut, Block, QK};
+pub use spec::{Codes, Group, GroupFormat, KernelGroup, TypeSpec};
+pub use types::q4_0::BlockQ4_0;
+pub use types::q4_1::BlockQ4_1;
+pub use types::q8_0::BlockQ8_0;
 
 /// The ggml tensor types reprolm reads and computes with (ids as in ggml.h).
+#[allow(non_camel_case_types)] // ggml's names
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GgmlType {
     F32,
@@ -15,11 +21,50 @@ pub enum GgmlType {
     Q4_1,
     Q8_0,
     BF16,
+    Q5_0,
+    Q5_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
 }
 
 impl GgmlType {
-    pub const ALL: [GgmlType; 6] =
-        [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::BF16];
+    pub const ALL: [GgmlType; 13] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::BF16,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+
+    /// The type's table entry: every fact about it lives there.
+    pub fn spec(self) -> &'static TypeSpec {
+        match self {
+            GgmlType::F32 => &types::float::F32,
+            GgmlType::F16 => &types::float::F16,
+            GgmlType::BF16 => &types::float::BF16,
+            GgmlType::Q4_0 => &types::q4_0::SPEC,
+            GgmlType::Q4_1 => &types::q4_1::SPEC,
+            GgmlType::Q8_0 => &types::q8_0::SPEC,
+            GgmlType::Q5_0 => &types::q5_0::SPEC,
+            GgmlType::Q5_1 => &types::q5_1::SPEC,
+            GgmlType::Q2_K => &types::q2_k::SPEC,
+            GgmlType::Q3_K => &types::q3_k::SPEC,
+            GgmlType::Q4_K => &types::q4_k::SPEC,
+            GgmlType::Q5_K => &types::q5_k::SPEC,
+            GgmlType::Q6_K => &types::q6_k::SPEC,
+        }
+    }
 
     pub fn from_id(id: u32) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.id() == id)
@@ -30,56 +75,45 @@ impl GgmlType {
         Self::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
-    /// Whether values are stored in blocks with a scale (Q4_0, Q4_1, Q8_0).
+    /// Whether values are stored in blocks with scales (every type but F32, F16, BF16).
     pub fn is_quantized(self) -> bool {
         self.block_size() > 1
     }
 
     pub fn id(self) -> u32 {
-        match self {
-            GgmlType::F32 => 0,
-            GgmlType::F16 => 1,
-            GgmlType::Q4_0 => 2,
-            GgmlType::Q4_1 => 3,
-            GgmlType::Q8_0 => 8,
-            GgmlType::BF16 => 30,
-        }
+        self.spec().id
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            GgmlType::F32 => "F32",
-            GgmlType::F16 => "F16",
-            GgmlType::Q4_0 => "Q4_0",
-            GgmlType::Q4_1 => "Q4_1",
-            GgmlType::Q8_0 => "Q8_0",
-            GgmlType::BF16 => "BF16",
-        }
+        self.spec().name
     }
 
     /// Values per block (1 for the float types).
     pub fn block_size(self) -> usize {
-        match self {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => QK,
-        }
+        self.spec().block_size
     }
 
     /// Bytes per block.
     pub fn block_bytes(self) -> usize {
-        match self {
-            GgmlType::F32 => 4,
-            GgmlType::F16 | GgmlType::BF16 => 2,
-            GgmlType::Q4_0 => std::mem::size_of::<BlockQ4_0>(),
-            GgmlType::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
-            GgmlType::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
-        }
+        self.spec().block_bytes
     }
 
     /// Bytes taken by a row of `n` values (`n` a multiple of the block size).
     pub fn row_bytes(self, n: usize) -> usize {
         n / self.block_size() * self.block_bytes()
     }
+
+    /// How the matmul kernels read matrices of this type.
+    pub fn kernel(self) -> KernelGroup {
+        self.spec().kernel
+    }
+}
+
+/// Dequantizes one row: `bytes` holds `out.len()` values of type `ty`, and `out` gets ggml's
+/// values bit for bit (products and sums separately rounded f32 operations, never fused).
+pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    assert_eq!(bytes.len(), ty.row_bytes(out.len()), "row byte length does not match {} values", out.len());
+    (ty.spec().dequantize)(bytes, out)
 }
 
 /// What ggml says of one of its tensor types: enough to size and name tensors of types
@@ -134,10 +168,12 @@ mod tests {
     #[test]
     fn ggml_table_agrees_with_the_supported_types() {
         for t in GgmlType::ALL {
+            assert_eq!(t.spec().ty, t);
+            assert_eq!(GgmlType::from_id(t.id()), Some(t));
             let info = ggml_type_info(t.id()).unwrap();
             assert_eq!((info.name, info.block_size, info.block_bytes), (t.name(), t.block_size(), t.block_bytes()));
         }
-        assert_eq!(describe_type_id(12), "Q4_K (ggml type 12)");
+        assert_eq!(describe_type_id(16), "IQ2_XXS (ggml type 16)");
         assert_eq!(describe_type_id(4), "ggml type 4");
         assert_eq!(describe_type_id(1000), "ggml type 1000");
     }

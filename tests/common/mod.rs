@@ -11,16 +11,21 @@ pub fn model_path() -> PathBuf {
     if let Ok(p) = std::env::var("REPROLM_MODEL") {
         return PathBuf::from(p);
     }
+    cached_model("SmolLM2-135M-Instruct.Q4_1.gguf", "")
+}
+
+/// Known model `file` in the cache (fetched by `python -m reprolm download <name>`).
+pub fn cached_model(file: &str, name: &str) -> PathBuf {
     let cache = std::env::var("REPROLM_CACHE").map(PathBuf::from).unwrap_or_else(|_| {
         let base = std::env::var("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache"));
         base.join("reprolm")
     });
-    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = cache.join(file);
     assert!(
         path.exists(),
-        "{} is missing: fetch it with `python -m reprolm download` (or set REPROLM_MODEL)",
+        "{} is missing: fetch it with `python -m reprolm download {name}` (or set REPROLM_MODEL)",
         path.display()
     );
     path

@@ -12,7 +12,7 @@ serves full causal attention and a sliding window with attention sinks.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import gguf
 import numpy as np
@@ -103,12 +103,47 @@ class Float64Llama:
         return out @ head.astype(np.float64).T
 
 
-def write_tiny_llama(path: Path, tokenizer_source: Path, *, seed: int = 0, context_length: int = 16384) -> None:
+# Largest |sub-block scale * code| of each quantized type: random blocks get super-block
+# scales near 1 / (this * sqrt(cols)), so weights stay near the f32 matrices' magnitude.
+_CODE_RANGE = {
+    gguf.GGMLQuantizationType.Q8_0: 128, gguf.GGMLQuantizationType.Q4_0: 8, gguf.GGMLQuantizationType.Q4_1: 15,
+    gguf.GGMLQuantizationType.Q5_0: 16, gguf.GGMLQuantizationType.Q5_1: 31, gguf.GGMLQuantizationType.Q2_K: 45,
+    gguf.GGMLQuantizationType.Q3_K: 128, gguf.GGMLQuantizationType.Q4_K: 945, gguf.GGMLQuantizationType.Q5_K: 1953,
+    gguf.GGMLQuantizationType.Q6_K: 4096,
+}
+# Byte offsets of the f16 scale and, second if any, the f16 min/offset in each block.
+_F16_FIELDS = {
+    gguf.GGMLQuantizationType.Q8_0: [0], gguf.GGMLQuantizationType.Q4_0: [0], gguf.GGMLQuantizationType.Q4_1: [0, 2],
+    gguf.GGMLQuantizationType.Q5_0: [0], gguf.GGMLQuantizationType.Q5_1: [0, 2],
+    gguf.GGMLQuantizationType.Q2_K: [80, 82], gguf.GGMLQuantizationType.Q3_K: [108],
+    gguf.GGMLQuantizationType.Q4_K: [0, 2], gguf.GGMLQuantizationType.Q5_K: [0, 2], gguf.GGMLQuantizationType.Q6_K: [208],
+}
+
+
+def random_blocks(rng: np.random.Generator, qtype: gguf.GGMLQuantizationType, rows: int, cols: int) -> npt.NDArray[np.uint8]:
+    """A (rows, cols) matrix of ``qtype`` as raw blocks: random codes and sub-block scales,
+    f16 scales (and mins) sized so the weights are about ``cols ** -0.5``."""
+    block_size, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    n = rows * cols // block_size
+    raw = rng.integers(0, 256, size=(n, block_bytes), dtype=np.uint8)
+    scale = 2.0 / (_CODE_RANGE[qtype] * np.sqrt(cols))
+    for i, at in enumerate(_F16_FIELDS[qtype]):
+        sign = 1.0 if i == 0 else 0.5  # mins / offsets: a fraction of the range
+        raw[:, at : at + 2] = (rng.uniform(0.25, 1.0, n) * scale * sign).astype(np.float16).view(np.uint8).reshape(n, 2)
+    return raw.reshape(rows, cols // block_size * block_bytes)
+
+
+def write_tiny_llama(path: Path, tokenizer_source: Path, *, seed: int = 0, context_length: int = 16384,
+                     d: int = 64, ffn: int = 128,
+                     types: Optional[Callable[[str], Optional[gguf.GGMLQuantizationType]]] = None) -> None:
     """A 2-layer Llama (d 64, 2 query heads, 1 KV head, FFN 128) with random f32 weights and
     the tokenizer of ``tokenizer_source``, without an end-of-sequence id (generation runs to
-    ``max_tokens``). Fast enough to generate thousands of tokens in a test."""
+    ``max_tokens``). Fast enough to generate thousands of tokens in a test.
+
+    ``types(name)``, if given, is the ggml type of each matrix ("token_embd.weight",
+    "blk.0.attn_q.weight", ...) or None for f32; quantized ones are :func:`random_blocks`."""
     src = gguf.GGUFReader(tokenizer_source)
-    d, ffn, heads, kv_heads, layers = 64, 128, 2, 1, 2
+    heads, kv_heads, layers = 2, 1, 2
     dkv = d * kv_heads // heads
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(layers)
@@ -127,22 +162,26 @@ def write_tiny_llama(path: Path, tokenizer_source: Path, *, seed: int = 0, conte
     vocab = len(src.fields["tokenizer.ggml.tokens"].contents())
     rng = np.random.default_rng(seed)
 
-    def mat(rows: int, cols: int) -> npt.NDArray[np.float32]:
-        return rng.normal(0.0, cols**-0.5, (rows, cols)).astype(np.float32)
+    def mat(name: str, rows: int, cols: int, std: Optional[float] = None) -> None:
+        qtype = types(name) if types is not None else None
+        if qtype is None:
+            w.add_tensor(name, rng.normal(0.0, cols**-0.5 if std is None else std, (rows, cols)).astype(np.float32))
+        else:
+            w.add_tensor(name, random_blocks(rng, qtype, rows, cols), raw_dtype=qtype)
 
-    w.add_tensor("token_embd.weight", rng.normal(0.0, 1.0, (vocab, d)).astype(np.float32))
+    mat("token_embd.weight", vocab, d, std=1.0)
     w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
     for i in range(layers):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", np.ones(d, dtype=np.float32))
-        w.add_tensor(p + "attn_q.weight", mat(d, d))
-        w.add_tensor(p + "attn_k.weight", mat(dkv, d))
-        w.add_tensor(p + "attn_v.weight", mat(dkv, d))
-        w.add_tensor(p + "attn_output.weight", mat(d, d))
+        mat(p + "attn_q.weight", d, d)
+        mat(p + "attn_k.weight", dkv, d)
+        mat(p + "attn_v.weight", dkv, d)
+        mat(p + "attn_output.weight", d, d)
         w.add_tensor(p + "ffn_norm.weight", np.ones(d, dtype=np.float32))
-        w.add_tensor(p + "ffn_gate.weight", mat(ffn, d))
-        w.add_tensor(p + "ffn_up.weight", mat(ffn, d))
-        w.add_tensor(p + "ffn_down.weight", mat(d, ffn))
+        mat(p + "ffn_gate.weight", ffn, d)
+        mat(p + "ffn_up.weight", ffn, d)
+        mat(p + "ffn_down.weight", d, ffn)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -11,12 +12,15 @@ import reprolm
 from reprolm import _download
 
 
+DEFAULT = _download.MODELS[_download.DEFAULT_MODEL]
+
+
 def test_fetches_into_empty_cache_and_reuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPROLM_CACHE", str(tmp_path))
     path = reprolm.default_model_path()
     assert path == tmp_path / _download.DEFAULT_MODEL_FILE
-    assert path.stat().st_size == _download._GGUF_SIZE
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == _download._GGUF_SHA256
+    assert path.stat().st_size == DEFAULT.size
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == DEFAULT.sha256
     assert [p.name for p in tmp_path.iterdir()] == [_download.DEFAULT_MODEL_FILE]  # no leftovers
     mtime = path.stat().st_mtime_ns
     assert reprolm.default_model_path() == path
@@ -25,7 +29,7 @@ def test_fetches_into_empty_cache_and_reuses(tmp_path: Path, monkeypatch: pytest
 
 def test_checksum_mismatch_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPROLM_CACHE", str(tmp_path))
-    monkeypatch.setattr(_download, "_GGUF_SHA256", "0" * 64)
+    monkeypatch.setitem(_download.MODELS, DEFAULT.name, dataclasses.replace(DEFAULT, sha256="0" * 64))
     with pytest.raises(reprolm.ModelDownloadError, match="checksum"):
         reprolm.default_model_path()
     assert not (tmp_path / _download.DEFAULT_MODEL_FILE).exists()
@@ -60,7 +64,7 @@ def test_first_model_default_shows_progress_on_a_terminal(tmp_path: Path) -> Non
     assert "fetching the default model" in shown
     assert "downloading [" in shown and "verifying [" in shown
     assert shown.count("100%") >= 2, shown[-500:]
-    assert (tmp_path / _download.DEFAULT_MODEL_FILE).stat().st_size == _download._GGUF_SIZE
+    assert (tmp_path / _download.DEFAULT_MODEL_FILE).stat().st_size == DEFAULT.size
 
 
 def test_first_model_default_is_silent_without_a_terminal(tmp_path: Path) -> None:

@@ -19,6 +19,27 @@ TYPES = {
     gguf.GGMLQuantizationType.Q8_0: (32, 34),
     gguf.GGMLQuantizationType.Q4_0: (32, 18),
     gguf.GGMLQuantizationType.Q4_1: (32, 20),
+    gguf.GGMLQuantizationType.Q5_0: (32, 22),
+    gguf.GGMLQuantizationType.Q5_1: (32, 24),
+    gguf.GGMLQuantizationType.Q2_K: (256, 84),
+    gguf.GGMLQuantizationType.Q3_K: (256, 110),
+    gguf.GGMLQuantizationType.Q4_K: (256, 144),
+    gguf.GGMLQuantizationType.Q5_K: (256, 176),
+    gguf.GGMLQuantizationType.Q6_K: (256, 210),
+}
+
+# Byte offsets of each block's f16 scales and mins (for blocks with finite ones).
+F16_FIELDS = {
+    gguf.GGMLQuantizationType.Q8_0: [0],
+    gguf.GGMLQuantizationType.Q4_0: [0],
+    gguf.GGMLQuantizationType.Q4_1: [0, 2],
+    gguf.GGMLQuantizationType.Q5_0: [0],
+    gguf.GGMLQuantizationType.Q5_1: [0, 2],
+    gguf.GGMLQuantizationType.Q2_K: [80, 82],
+    gguf.GGMLQuantizationType.Q3_K: [108],
+    gguf.GGMLQuantizationType.Q4_K: [0, 2],
+    gguf.GGMLQuantizationType.Q5_K: [0, 2],
+    gguf.GGMLQuantizationType.Q6_K: [208],
 }
 
 
@@ -63,11 +84,27 @@ def test_dequantize_random_blocks_bit_exact(qtype: gguf.GGMLQuantizationType) ->
     assert_same_bits(ours, theirs)
 
 
+@pytest.mark.parametrize("qtype", list(F16_FIELDS))
+def test_dequantize_random_blocks_with_finite_scales_bit_exact(qtype: gguf.GGMLQuantizationType) -> None:
+    # Every value a number: NaN positions cannot hide a difference.
+    rng = np.random.default_rng(1000 + int(qtype))
+    _, block_bytes = TYPES[qtype]
+    raw = rng.integers(0, 256, size=(3001, block_bytes), dtype=np.uint8)
+    for at in F16_FIELDS[qtype]:
+        raw[:, at : at + 2] = rng.standard_normal(len(raw)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    ours = reprolm.dequantize(int(qtype), raw.tobytes())
+    theirs = gguf.quants.dequantize(raw, qtype)
+    assert not np.isnan(ours).any()
+    assert_same_bits(ours, theirs)
+
+
 def test_dequantize_rejects_partial_blocks_and_unknown_types() -> None:
     with pytest.raises(reprolm.InvalidArgumentError):
         reprolm.dequantize(int(gguf.GGMLQuantizationType.Q4_1), bytes(21))
+    with pytest.raises(reprolm.InvalidArgumentError):
+        reprolm.dequantize(int(gguf.GGMLQuantizationType.Q4_K), bytes(143))
     with pytest.raises(reprolm.UnknownTensorTypeError):
-        reprolm.dequantize(12, bytes(144))
+        reprolm.dequantize(int(gguf.GGMLQuantizationType.IQ4_NL), bytes(18))
 
 
 # --- bad files -----------------------------------------------------------------------------
@@ -157,17 +194,17 @@ def test_unknown_tensor_type_names_the_tensor(
     with pytest.raises(reprolm.UnknownTensorTypeError, match="token_embd.weight"):
         reprolm.Model.load(write(tmp_path, "type.gguf", bytes(data)))
     # A type ggml defines is named as ggml names it, with what is supported instead.
-    data[at : at + 4] = struct.pack("<I", int(gguf.GGMLQuantizationType.Q5_0))
-    with pytest.raises(reprolm.UnknownTensorTypeError, match=r"token_embd.*Q5_0 \(ggml type 6\).*supports F32, F16"):
+    data[at : at + 4] = struct.pack("<I", int(gguf.GGMLQuantizationType.IQ4_NL))
+    with pytest.raises(reprolm.UnknownTensorTypeError, match=r"token_embd.*IQ4_NL \(ggml type 20\).*supports F32, F16"):
         reprolm.Model.load(write(tmp_path, "q5.gguf", bytes(data)))
 
 
-def test_files_with_k_quants_can_be_inspected_but_not_loaded_or_rewritten(tmp_path: Path) -> None:
+def test_files_with_unsupported_types_can_be_inspected_but_not_loaded_or_rewritten(tmp_path: Path) -> None:
     path = tmp_path / "mixed.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_tensor("norm.weight", np.arange(8, dtype=np.float32))
-    q4k = gguf.GGMLQuantizationType.Q4_K  # blocks of 256 values in 144 bytes
-    w.add_tensor("blk.0.ffn_down.weight", np.zeros((3, 2 * 144), dtype=np.uint8), raw_dtype=q4k)
+    iq2 = gguf.GGMLQuantizationType.IQ2_XXS  # blocks of 256 values in 66 bytes
+    w.add_tensor("blk.0.ffn_down.weight", np.zeros((3, 2 * 66), dtype=np.uint8), raw_dtype=iq2)
     w.add_tensor("tail.weight", np.ones(4, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -176,12 +213,12 @@ def test_files_with_k_quants_can_be_inspected_but_not_loaded_or_rewritten(tmp_pa
     info = reprolm.inspect(path)
     assert [(t.name, t.type, t.shape, t.n_bytes) for t in info.tensors] == [
         ("norm.weight", "F32", (8,), 32),
-        ("blk.0.ffn_down.weight", "Q4_K", (512, 3), 3 * 2 * 144),
+        ("blk.0.ffn_down.weight", "IQ2_XXS", (512, 3), 3 * 2 * 66),
         ("tail.weight", "F32", (4,), 16),
     ]
     for rewrite in (lambda: reprolm.convert(path, tmp_path / "out.gguf", to="f16"),
                     lambda: reprolm.quantize(path, tmp_path / "out.gguf", type="q8_0")):
-        with pytest.raises(reprolm.UnknownTensorTypeError, match="blk.0.ffn_down.weight.*Q4_K"):
+        with pytest.raises(reprolm.UnknownTensorTypeError, match="blk.0.ffn_down.weight.*IQ2_XXS"):
             rewrite()
     assert not (tmp_path / "out.gguf").exists()
 
