@@ -17,3 +17,4 @@ mod quantize;
 mod sampler;
 mod stream;
 mod tokenizer;
+mod vocab;
