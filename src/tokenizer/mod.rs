@@ -40,7 +40,8 @@ const SUPPORTED_MODELS: &str = "'gpt2' (byte-level BPE) and 'llama' (SentencePie
 
 /// The algorithm that runs between special tokens.
 enum Algorithm {
-    ByteLevelBpe { bpe: ByteLevelBpe, pre: PreTokenizerKind },
+    /// Boxed: the `tokenizers` BPE model is large next to the SentencePiece tables.
+    ByteLevelBpe { bpe: Box<ByteLevelBpe>, pre: PreTokenizerKind },
     SentencePiece { spm: SentencePiece, add_space_prefix: bool },
 }
 
@@ -124,7 +125,7 @@ impl Tokenizer {
                     false,
                 )?;
                 let bpe = ByteLevelBpe::new(&vocab, kind, &merges)?;
-                (vocab, Algorithm::ByteLevelBpe { bpe, pre: kind }, kind.adds_bos_by_default())
+                (vocab, Algorithm::ByteLevelBpe { bpe: Box::new(bpe), pre: kind }, kind.adds_bos_by_default())
             }
             None => {
                 let vocab = Vocab::new(

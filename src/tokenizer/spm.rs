@@ -22,7 +22,7 @@ pub(super) struct SentencePiece {
     scores: Vec<f32>,
     /// The token for each byte value: `<0xNN>`, else the one-character token of that byte,
     /// else the unknown token.
-    byte_tokens: [Option<u32>; 256],
+    byte_tokens: Box<[Option<u32>; 256]>,
 }
 
 impl SentencePiece {
@@ -42,7 +42,7 @@ impl SentencePiece {
         if let Some(id) = scores.iter().position(|s| s.is_nan()) {
             return Err(Error::Model(format!("tokenizer.ggml.scores[{id}] is NaN")));
         }
-        let byte_tokens = std::array::from_fn(|byte| {
+        let byte_tokens = Box::new(std::array::from_fn(|byte| {
             let byte = byte as u8;
             let single = (byte < 0x80).then(|| (byte as char).to_string());
             vocab
@@ -51,7 +51,7 @@ impl SentencePiece {
                 .or_else(|| single.and_then(|s| vocab.ids.get(&s)))
                 .copied()
                 .or(unk_id)
-        });
+        }));
         Ok(SentencePiece { scores, byte_tokens })
     }
 

@@ -287,7 +287,7 @@ mod tests {
 
     #[test]
     fn phi3_special_tokens_strip_whitespace_to_their_right() {
-        let types = [3, 3, 3];
+        let types = [3, 3, 1];
         let text = "<|end|>\n x<s> y";
         let plain = vocab(&["<|end|>", "<s>", "x"], &types, Some("llama"));
         let phi3 = vocab(&["<|end|>", "<s>", "x"], &types, Some("Phi3"));
