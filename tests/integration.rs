@@ -6,6 +6,7 @@ mod toy;
 
 mod batch;
 mod chapter;
+mod chat_templates;
 mod decode;
 mod forward_int8;
 mod forward_reference;
