@@ -1,5 +1,5 @@
 """reprolm.Tokenizer on llama.cpp's vocabulary-only GGUF files (tests/data/vocab/): every test
-pair llama.cpp ships, the 218-text set tokenized by llama.cpp itself (plain and with special
+pair llama.cpp ships, the 328-text set tokenized by llama.cpp itself (plain and with special
 tokens parsed), decoding, and vocabulary-only files in inspect and Model.load."""
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ KINDS = {
     "llama-bpe": "bpe:llama-bpe",
     "qwen2": "bpe:qwen2",
     "gpt-2": "bpe:gpt-2",
+    "gemma-3": "sentencepiece",
 }
+LLAMA_CPP_PAIRS = sorted(set(KINDS) - {"gemma-3"})  # llama.cpp ships no .inp/.out for Gemma 3
 
 
 def _texts(name: str) -> list[str]:
-    texts = (VOCAB / name).read_text("utf-8").split(SEPARATOR)
+    texts = (VOCAB / name).read_bytes().decode("utf-8").split(SEPARATOR)  # keeps "\r\n" as is
     assert texts.pop() == ""
     return texts
 
@@ -42,6 +44,8 @@ def family(request: pytest.FixtureRequest) -> tuple[str, reprolm.Tokenizer]:
 def test_llama_cpp_test_pairs(family: tuple[str, reprolm.Tokenizer]) -> None:
     name, tok = family
     assert tok.kind == KINDS[name]
+    if name not in LLAMA_CPP_PAIRS:
+        return
     texts, expected = _texts(f"ggml-vocab-{name}.gguf.inp"), _ids(f"ggml-vocab-{name}.gguf.out")
     assert len(texts) == len(expected) >= 45
     for text, want in zip(texts, expected):
@@ -53,12 +57,13 @@ def test_llama_cpp_ids_with_special_tokens(family: tuple[str, reprolm.Tokenizer]
     name, tok = family
     texts = _texts("cases.inp")
     plain, parsed = _ids(f"ggml-vocab-{name}.gguf.cases.out"), _ids(f"ggml-vocab-{name}.gguf.cases-special.out")
-    assert len(texts) == len(plain) == len(parsed) == 218
+    assert len(texts) == len(plain) == len(parsed) == 328
     for text, want_plain, want_parsed in zip(texts, plain, parsed):
         assert tok.encode(text) == want_plain, text
         assert tok.encode(text, special=True) == want_parsed, text
-        prefix = " " if tok.kind == "sentencepiece" and text else ""
-        assert tok.decode(tok.encode(text, add_special=False)) == prefix + text
+        if "\u2581" not in text:  # SentencePiece decodes its space marker as a space
+            prefix = " " if name in ("llama-spm", "phi-3") and text else ""
+            assert tok.decode(tok.encode(text, add_special=False)) == prefix + text
 
 
 def test_special_tokens_and_framing() -> None:

@@ -2,6 +2,7 @@
 // the project: see ../README.md). Usage: vocab_tokenize VOCAB.gguf TEXTS ADD_SPECIAL PARSE_SPECIAL
 // TEXTS holds texts separated by "\n__ggml_vocab_test__\n" (llama.cpp's .inp format, trailing
 // separator included); prints one line of space-separated ids per text.
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,8 @@ int main(int argc, char ** argv) {
     const char * sep = "\n__ggml_vocab_test__\n";
     const bool add_special = atoi(argv[3]) != 0, parse_special = atoi(argv[4]) != 0;
     char * p = buf;
-    for (char * end; (end = strstr(p, sep)) != NULL; p = end + strlen(sep)) {
+    // memmem, not strstr: a text may contain NUL bytes.
+    for (char * end; (end = memmem(p, (size_t) (buf + n - p), sep, strlen(sep))) != NULL; p = end + strlen(sep)) {
         int32_t len = (int32_t) (end - p);
         int32_t cap = len + 16;
         llama_token * ids = malloc(sizeof(llama_token) * cap);
