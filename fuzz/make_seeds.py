@@ -106,6 +106,12 @@ def main():
     for t in dict.fromkeys(texts):
         put("tokenizer", b"\x00" + t.encode())
         put("tokenizer", b"\x02" + t.encode())
+    # Mode bit 0x40: the same texts through the SentencePiece vocabulary (Llama 2), and its
+    # byte-fallback tokens as ids.
+    for t in dict.fromkeys(texts):
+        put("tokenizer", b"\x40" + t.encode())
+        put("tokenizer", b"\x42" + t.encode())
+    put("tokenizer", b"\x41" + struct.pack("<8I", 1, 243, 162, 169, 156, 29871, 31999, 32000))
     put("tokenizer", b"\x01" + struct.pack("<8I", 1, 9690, 28, 2, 0, 49151, 49152, 200))
     put("tokenizer", b"\x81" + struct.pack("<4I", 0xFFFFFFFF, 5, 0x80000000, 7))
 

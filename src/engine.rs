@@ -53,6 +53,13 @@ impl Engine {
             isa = Isa::Avx2;
         }
         let file = GgufFile::open(path)?;
+        if file.tensors().is_empty() && file.foreign_tensors().is_empty() {
+            return Err(Error::Model(format!(
+                "{} has no tensors: it is a vocabulary-only GGUF (tokenizer metadata, no weights), \
+                 so it cannot run as a model; tokenize with it through reprolm.Tokenizer.from_gguf",
+                file.path().display()
+            )));
+        }
         let config = ModelConfig::from_gguf(&file)?;
         let weights = LlamaWeights::from_gguf_with(&file, &config, precision)?;
         let tokenizer = Tokenizer::from_spec(TokenizerSpec::from_gguf(&file)?)?;

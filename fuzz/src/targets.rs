@@ -84,20 +84,44 @@ fn tokenizer() -> &'static Tokenizer {
     &engine().tokenizer
 }
 
+/// llama.cpp's Llama 2 SentencePiece vocabulary (tests/data/vocab/), built once per process.
+fn sentencepiece_tokenizer() -> &'static Tokenizer {
+    static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
+    TOKENIZER.get_or_init(|| {
+        // The repository root is this crate's directory (cargo tests) or its parent (fuzz/).
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let path = [root.join("tests/data/vocab"), root.join("../tests/data/vocab")]
+            .into_iter()
+            .map(|dir| dir.join("ggml-vocab-llama-spm.gguf"))
+            .find(|path| path.exists())
+            .expect("tests/data/vocab/ggml-vocab-llama-spm.gguf");
+        let spec = TokenizerSpec::from_gguf(&GgufFile::open(path).unwrap()).unwrap();
+        Tokenizer::from_spec(spec).unwrap()
+    })
+}
+
 /// Tokenizer: byte 0 picks the mode, the rest is text (encode with or without special
 /// tokens, then decode) or little-endian u32 ids (decode, and stream-decode one at a time).
+/// Mode bit 0x40 picks the SentencePiece vocabulary instead of the default model's BPE.
 pub fn tokenizer_target(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else { return };
-    let tok = tokenizer();
+    let sentencepiece = mode & 0x40 != 0;
+    let tok = if sentencepiece { sentencepiece_tokenizer() } else { tokenizer() };
     if mode & 1 == 0 {
         let text = String::from_utf8_lossy(rest);
         let special = mode & 2 != 0;
         let ids = tok.encode(&text, special).expect("encoding never fails");
         assert!(ids.iter().all(|&id| (id as usize) < tok.vocab_size()));
-        let decoded = tok.decode(&ids).expect("encoded ids decode");
-        // Bytes without a token of their own are skipped (as llama.cpp does): only text made of
-        // bytes the vocabulary has must come back unchanged.
-        if !special && text.bytes().all(|b| single_byte_tokens()[b as usize]) {
+        let decoded = tok.decode(&tok.encode_with(&text, special, false).unwrap()).expect("encoded ids decode");
+        if sentencepiece {
+            // Every byte has a byte token; decoding keeps the space put before the text, and
+            // gives a space for a `▁` in the text.
+            if !special && !text.contains('\u{2581}') && !text.is_empty() {
+                assert_eq!(decoded, format!(" {text}"), "plain text must round-trip");
+            }
+        } else if !special && text.bytes().all(|b| single_byte_tokens()[b as usize]) {
+            // Bytes without a token of their own are skipped (as llama.cpp does): only text
+            // made of bytes the vocabulary has must come back unchanged.
             assert_eq!(decoded, text, "plain text must round-trip");
         }
         stream_equals_decode(tok, &ids);

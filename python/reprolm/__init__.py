@@ -39,6 +39,7 @@ from .errors import (
     UnknownTensorTypeError,
     UnsupportedError,
 )
+from ._tokenizer import Tokenizer
 from .sampling import Sampler
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "Prompt",
     "ModelConfig",
     "Sampler",
+    "Tokenizer",
     "sampling",
     "default_model_path",
     "known_models",

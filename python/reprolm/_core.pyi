@@ -9,6 +9,7 @@ import numpy.typing as npt
 
 __all__ = [
     "Engine",
+    "Tokenizer",
     "ModelConfig",
     "Session",
     "SamplerConfig",
@@ -35,6 +36,22 @@ __all__ = [
 ]
 
 __version__: str
+
+@final
+class Tokenizer:
+    def __new__(cls, path: PathLike[str]) -> Tokenizer: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def bos_id(self) -> Optional[int]: ...
+    @property
+    def eos_id(self) -> Optional[int]: ...
+    def encode(self, text: str, *, special: bool = False, add_special: bool = True) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+    def token_bytes(self, id: int) -> bytes: ...
+    def is_special(self, id: int) -> bool: ...
 
 @final
 class ModelConfig:

@@ -20,6 +20,7 @@ from ._gguf import inspect
 from ._model import Message, Model
 from ._progress import ProgressBar
 from ._quantize import SAMPLE_TEXT, convert, quantize
+from ._tokenizer import Tokenizer
 from .errors import ContextOverflowError, ReprolmError
 from .sampling import Sampler
 
@@ -170,11 +171,22 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    path = _model_path(args)
+    path = Path(args.file) if args.file else _model_path(args)
     info = inspect(path)
     print(f"{path}: GGUF version {info.version}, {len(info.metadata)} metadata keys, {len(info.tensors)} tensors")
     for key, value in info.metadata.items():
         print(f"  {key} = {value}")
+    try:
+        tok = Tokenizer.from_gguf(path)
+        special = ", ".join(f"{name} {id}" for name, id in [("BOS", tok.bos_id), ("EOS", tok.eos_id)] if id is not None)
+        print(f"  tokenizer: {tok.kind}, {tok.vocab_size} tokens" + (f", {special}" if special else ""))
+    except ReprolmError as e:
+        tok = None
+        print(f"  tokenizer: {e}")
+    if not info.tensors:
+        print("  no tensors: a vocabulary-only file"
+              + (" (tokenize with it through reprolm.Tokenizer.from_gguf)" if tok is not None else ""))
+        return 0
     width = max([len("name")] + [len(t.name) for t in info.tensors])
     print(f"  {'name':<{width}} {'type':<6} {'shape':<16} {'bytes':>12}")
     for t in info.tensors:
@@ -331,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="print a GGUF file's metadata and tensor table",
                        description="Print a GGUF file's metadata and its tensors (name, type, shape, bytes).")
     add_model_options(i, threads=False)
+    i.add_argument("file", nargs="?", metavar="FILE", help="GGUF file (the same as --model)")
     i.set_defaults(run=_cmd_inspect)
 
     b = sub.add_parser("bench", help="measure prefill and decode speed (tokens/s)",

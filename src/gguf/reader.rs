@@ -176,8 +176,13 @@ impl GgufFile {
             raw_tensors.push((name, dims, type_id, offset));
         }
 
-        let data_offset = align_up(cur.pos as u64, alignment);
         let file_len = map.len() as u64;
+        // A file without tensors (llama.cpp's vocabulary-only files) may end right after its
+        // metadata, without the padding up to an empty data section.
+        let data_offset = match align_up(cur.pos as u64, alignment) {
+            offset if raw_tensors.is_empty() => offset.min(file_len),
+            offset => offset,
+        };
         if data_offset > file_len {
             return Err(Error::Format(format!(
                 "truncated: data section would start at byte {data_offset} of {file_len}"

@@ -10,6 +10,7 @@ mod request;
 mod sampling;
 mod session;
 mod stream;
+mod tokenizer;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -322,6 +323,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chat::register(m)?;
     quantize::register(m)?;
     decoding::register(m)?;
+    tokenizer::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
