@@ -1,6 +1,9 @@
 """Side-by-side speed of reprolm and llama.cpp (llama-cpp-python) on the same GGUF file.
 
-    python benches/compare_llamacpp.py [--model PATH] [--rounds 5] [--threads 1 2] [--precision int8]
+    python benches/compare_llamacpp.py [--model PATH|NAME] [--rounds 5] [--threads 1 2] [--precision int8]
+
+``--model`` takes a GGUF path or a known model's name (``reprolm.known_models()``, e.g.
+``gemma3-270m``), fetched into the cache like ``Model.load`` does.
 
 Installs nothing. llama-cpp-python must already be importable, e.g.
 ``pip install llama-cpp-python`` (it compiles llama.cpp; set ``CMAKE_ARGS=-DGGML_NATIVE=ON``).
@@ -129,16 +132,16 @@ def measure(engine: str, model_path: str, threads: int, precision: str) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="GGUF file (default: reprolm's default model)")
+    parser.add_argument("--model", help="GGUF file or known model name (default: reprolm's default model)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--precision", choices=["float32", "int8"], default="float32", help="reprolm's precision")
     parser.add_argument("--worker", choices=list(ENGINES), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.model is None:
+    if args.model is None or not os.path.exists(args.model):
         import reprolm
 
-        args.model = str(reprolm.default_model_path())
+        args.model = str(reprolm.model_path(args.model) if args.model else reprolm.default_model_path())
     if args.worker:
         worker(args.worker, args.model, args.threads[0], args.precision)
         return
