@@ -82,7 +82,16 @@ def test_int8_precision(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) 
     session = three.session()
     assert np.array_equal(three.logits(PROMPT), int8)
     assert np.array_equal(np.stack([session.prefill(PROMPT[:5])] + [session.step(t) for t in PROMPT[5:]]), int8[4:])
-    assert 0 < np.abs(int8 - logits).max() < 0.05 * np.abs(logits).max()
+    assert not np.array_equal(int8, logits)
+    # Close as the int8 path is held to on SmolLM2 (tests/python/test_precision.py): mean
+    # KL(float32 || int8) of the next-token distributions at most 5e-3.
+    want, got = logits.astype(np.float64), int8.astype(np.float64)
+    logp = want - want.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    logq = got - got.max(axis=1, keepdims=True)
+    logq -= np.log(np.exp(logq).sum(axis=1, keepdims=True))
+    kl = (np.exp(logp) * (logp - logq)).sum(axis=1)
+    assert kl.mean() <= 5e-3, kl
     # The other new types have no int8 kernels: they run the float32 ones in either precision,
     # so without Q5_0 matrices int8 gives the float32 bits.
     path = tmp_path / "no-q5_0.gguf"
