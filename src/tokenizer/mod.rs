@@ -106,7 +106,8 @@ impl Tokenizer {
             }
         };
         let n_tokens = tokens.len();
-        for (key, id) in [("bos_token_id", bos_id), ("eos_token_id", eos_id), ("unknown_token_id", unk_id)] {
+        // The unknown token only matters to SentencePiece (checked there).
+        for (key, id) in [("bos_token_id", bos_id), ("eos_token_id", eos_id)] {
             if let Some(id) = id.filter(|&id| n_tokens > 0 && id as usize >= n_tokens) {
                 return Err(Error::Model(format!(
                     "tokenizer.ggml.{key} = {id} is outside the vocabulary of {n_tokens}"
