@@ -6,13 +6,13 @@ use crate::common;
 
 use common::Rng;
 
-use reprolm::kernels::packed::{chunk_rows, pack_rows};
+use reprolm::kernels::packed::{chunk_rows, pack_rows, packed_row_bytes};
 use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
 use reprolm::kernels::{matmul_rows_int8, Isa, MatRef, OutPtr};
-use reprolm::tensor::GgmlType;
+use reprolm::tensor::{GgmlType, KernelGroup};
 
 
-const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const TYPES: [GgmlType; 4] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0];
 /// Widths of 1, 2, 3, 5, 9, 16, 17, 18, 21 and 48 groups: full chunks of 16, narrow last
 /// chunks (1 to 4 groups) and padded wide ones (5 to 15).
 const SHAPES: [(usize, usize); 10] =
@@ -32,8 +32,8 @@ fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u
         if ty == GgmlType::Q4_1 {
             bytes.extend_from_slice(&f16(rng.unit() * 0.5));
         }
-        let n = if ty == GgmlType::Q8_0 { 32 } else { 16 };
         // Include -128, which Q8_0 files do not contain but the kernels must handle.
+        let n = ty.block_bytes() - bytes.len() % ty.block_bytes();
         bytes.extend((0..n).map(|_| rng.byte()));
     }
     bytes
@@ -63,14 +63,14 @@ fn run(isa: Isa, m: &MatRef, act: &QuantizedRows) -> Vec<u32> {
 /// (`q_w` with Q4_0's -8 applied, `d`, `m`).
 fn decode_row(ty: GgmlType, row: &[u8], cols: usize) -> (Vec<i32>, Vec<f64>, Vec<f64>) {
     let groups = cols / 32;
-    let cb = if ty == GgmlType::Q8_0 { 32 } else { 16 };
+    let cb = if ty.kernel() == KernelGroup::Q8_0 { 32 } else { 16 };
     let f16 = |b: &[u8], g: usize| half::f16::from_le_bytes([b[2 * g], b[2 * g + 1]]).to_f64();
     let mut q = vec![0i32; cols];
     for g in 0..groups {
         let codes = &row[g * cb..(g + 1) * cb];
         for j in 0..32 {
             q[32 * g + j] = match ty {
-                GgmlType::Q8_0 => codes[j] as i8 as i32,
+                GgmlType::Q8_0 | GgmlType::Q5_0 => codes[j] as i8 as i32,
                 _ => {
                     let nib = if j < 16 { codes[j] & 0x0F } else { codes[j - 16] >> 4 } as i32;
                     if ty == GgmlType::Q4_0 {
@@ -99,7 +99,7 @@ fn int8_paths_agree_bitwise_and_with_float64() {
             let mut chunked = grouped.clone();
             chunk_rows(ty, cols, &mut chunked);
             let m = MatRef { ty, rows, cols, data: &chunked };
-            let rb = ty.row_bytes(cols);
+            let rb = packed_row_bytes(ty, cols);
             let decoded: Vec<_> = (0..rows).map(|r| decode_row(ty, &grouped[r * rb..(r + 1) * rb], cols)).collect();
             for n_tokens in TOKENS {
                 let x = random_acts(&mut rng, n_tokens, cols);

@@ -221,8 +221,8 @@ fn build_error(spec: TokenizerSpec) -> String {
 fn unsupported_model_or_pre_tokenizer() {
     let e = build_error(TokenizerSpec { model: "bert".into(), ..spec() });
     assert!(e.starts_with("unsupported") && e.contains("'bert'"), "{e}");
-    let e = build_error(TokenizerSpec { pre: Some("qwen35".into()), ..spec() });
-    assert!(e.starts_with("unsupported") && e.contains("'qwen35'"), "{e}");
+    let e = build_error(TokenizerSpec { pre: Some("deepseek-llm".into()), ..spec() });
+    assert!(e.starts_with("unsupported") && e.contains("'deepseek-llm'"), "{e}");
     let e = build_error(TokenizerSpec { pre: Some("default".into()), ..spec() });
     assert!(e.starts_with("unsupported") && e.contains("'default'"), "{e}");
 }

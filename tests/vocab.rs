@@ -3,7 +3,7 @@
 //! - llama.cpp's test pairs `ggml-vocab-NAME.gguf.inp` / `.out` (no BOS, special tokens not
 //!   parsed), every pair, tokenized with special tokens parsed too (none of these texts holds a
 //!   special token, which the test checks);
-//! - `cases.inp` (328 texts: prose, code, unicode, whitespace runs, numbers, chat markup of
+//! - `cases.inp` (334 texts: prose, code, unicode, whitespace runs, numbers, chat markup of
 //!   every family, edge cases) with `.cases.out` / `.cases-special.out`: BOS/EOS as the file
 //!   says, special tokens plain and parsed; also for Gemma 3 (a vocabulary-only file extracted
 //!   from the Gemma 3 270M GGUF, which has no llama.cpp test pair);
@@ -21,7 +21,18 @@ fn vocab_path(name: &str) -> std::path::PathBuf {
 }
 
 fn spec(name: &str) -> TokenizerSpec {
-    TokenizerSpec::from_gguf(&GgufFile::open(vocab_path(&format!("ggml-vocab-{name}.gguf"))).unwrap()).unwrap()
+    // llama.cpp's ggml-vocab-qwen35.gguf is its qwen2 file with another pre-tokenizer name
+    // (checked when the data was made), so only the qwen2 file is here.
+    let (file, pre) = match name {
+        "qwen35" => ("qwen2", Some("qwen35")),
+        _ => (name, None),
+    };
+    let mut spec =
+        TokenizerSpec::from_gguf(&GgufFile::open(vocab_path(&format!("ggml-vocab-{file}.gguf"))).unwrap()).unwrap();
+    if let Some(pre) = pre {
+        spec.pre = Some(pre.into());
+    }
+    spec
 }
 
 /// Texts of an `.inp` file (llama.cpp's format: each text followed by the separator).
@@ -54,12 +65,13 @@ struct Family {
     llama_cpp_pair: bool,
 }
 
-const FAMILIES: [Family; 6] = [
+const FAMILIES: [Family; 7] = [
     Family { name: "llama-spm", kind: "sentencepiece", vocab_size: 32000, bos: 1, adds_bos: true, space_prefix: true, llama_cpp_pair: true },
     Family { name: "phi-3", kind: "sentencepiece", vocab_size: 32064, bos: 1, adds_bos: true, space_prefix: true, llama_cpp_pair: true },
     Family { name: "gemma-3", kind: "sentencepiece", vocab_size: 262144, bos: 2, adds_bos: true, space_prefix: false, llama_cpp_pair: false },
     Family { name: "llama-bpe", kind: "bpe:llama-bpe", vocab_size: 128256, bos: 128000, adds_bos: true, space_prefix: false, llama_cpp_pair: true },
     Family { name: "qwen2", kind: "bpe:qwen2", vocab_size: 151936, bos: 151643, adds_bos: false, space_prefix: false, llama_cpp_pair: true },
+    Family { name: "qwen35", kind: "bpe:qwen35", vocab_size: 151936, bos: 151643, adds_bos: false, space_prefix: false, llama_cpp_pair: true },
     Family { name: "gpt-2", kind: "bpe:gpt-2", vocab_size: 50257, bos: 50256, adds_bos: false, space_prefix: false, llama_cpp_pair: true },
 ];
 
@@ -98,7 +110,7 @@ fn check_family(name: &str) {
     let cases = texts("cases.inp");
     let plain = ids(&format!("ggml-vocab-{name}.gguf.cases.out"));
     let parsed = ids(&format!("ggml-vocab-{name}.gguf.cases-special.out"));
-    assert_eq!((cases.len(), plain.len(), parsed.len()), (328, 328, 328));
+    assert_eq!((cases.len(), plain.len(), parsed.len()), (334, 334, 334));
     assert!(plain.iter().zip(&parsed).any(|(a, b)| a != b), "some case has special tokens");
     for (i, text) in cases.iter().enumerate() {
         for (special, want) in [(false, &plain[i]), (true, &parsed[i])] {
@@ -160,6 +172,11 @@ fn llama_bpe_matches_llama_cpp() {
 #[test]
 fn qwen2_matches_llama_cpp() {
     check_family("qwen2");
+}
+
+#[test]
+fn qwen35_matches_llama_cpp() {
+    check_family("qwen35");
 }
 
 #[test]
@@ -230,8 +247,8 @@ fn unsupported_tokenizers_name_what_is_supported() {
     };
     let e = unsupported(TokenizerSpec { model: "gemma4".into(), ..spec("llama-spm") });
     assert!(e.contains("'gemma4'") && e.contains("'gpt2'") && e.contains("'llama'"), "{e}");
-    let e = unsupported(TokenizerSpec { pre: Some("qwen35".into()), ..spec("qwen2") });
-    assert!(e.contains("'qwen35'") && e.contains("'llama-bpe'") && e.contains("'smollm'"), "{e}");
+    let e = unsupported(TokenizerSpec { pre: Some("deepseek-llm".into()), ..spec("qwen2") });
+    assert!(e.contains("'deepseek-llm'") && e.contains("'llama-bpe'") && e.contains("'smollm'"), "{e}");
 }
 
 #[test]

@@ -16,8 +16,9 @@ class Tokenizer:
     tensor data, so it also works on vocabulary-only files such as llama.cpp's
     ``ggml-vocab-*.gguf``. It tokenizes exactly as llama.cpp does: byte-level BPE
     (``tokenizer.ggml.model = "gpt2"`` with the pre-tokenizers ``llama-bpe``, ``qwen2``,
-    ``gpt-2``, ``smollm``) and SentencePiece (``"llama"``: Llama 2, Mistral, TinyLlama, Phi-3,
-    Gemma). Other tokenizers raise :class:`~reprolm.UnsupportedError` naming them.
+    ``qwen35``, ``gpt-2``, ``smollm``) and SentencePiece (``"llama"``: Llama 2, Mistral,
+    TinyLlama, Phi-3, Gemma). Other tokenizers raise :class:`~reprolm.UnsupportedError`
+    naming them.
 
     >>> tok = reprolm.Tokenizer.from_gguf("ggml-vocab-llama-spm.gguf")  # doctest: +SKIP
     >>> tok.encode("Hello world")                                       # doctest: +SKIP
@@ -40,7 +41,7 @@ class Tokenizer:
     @property
     def kind(self) -> str:
         """``"sentencepiece"``, or ``"bpe:"`` and the pre-tokenizer (``"bpe:llama-bpe"``,
-        ``"bpe:qwen2"``, ``"bpe:gpt-2"``, ``"bpe:smollm"``)."""
+        ``"bpe:qwen2"``, ``"bpe:qwen35"``, ``"bpe:gpt-2"``, ``"bpe:smollm"``)."""
         return self._core.kind
 
     @property

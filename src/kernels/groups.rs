@@ -20,7 +20,7 @@
 //!
 //! For Q8_0 and Q4_0 this is exactly the dot product with ggml's dequantized weights.
 //!
-//! Decoded group types ([`Groups`]: Q5_0, Q5_1 and the K-quants) carry f32 scales (and
+//! Decoded group types ([`Groups`]: Q5_1 and the K-quants; Q5_0 is held as Q8_0) carry f32 scales (and
 //! offsets) per group or per half-group in the packed row; their weights are
 //! `w = scale * code` or `w = scale * code + offset`, one exact multiplication then one
 //! rounded addition: ggml's dequantized values bit for bit, so for them too the result is the

@@ -1,4 +1,5 @@
-//! The `precision = "int8"` kernels: packed quantized weight rows (Q4_0, Q4_1, Q8_0, codes
+//! The `precision = "int8"` kernels: packed quantized weight rows (Q4_0, Q4_1, Q8_0 (and Q5_0,
+//! held as Q8_0), codes
 //! in the chunked layout of [`super::packed`]) against activation rows quantized per group
 //! of 32 by [`super::quantize_act`].
 //!

@@ -361,7 +361,6 @@ unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>,
 #[inline(always)]
 unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
     match (f.codes, f.halves, f.offset) {
-        (Codes::I8, false, false) => tiles::<L, Groups<I8Codes, false, false>>(w, act, rows, out), // Q5_0
         (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out), // Q5_1, Q5_K
         (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out), // Q6_K
         (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out), // Q4_K

@@ -10,9 +10,10 @@
 //! [G] f16 m        offsets (Q4_1 only)
 //! ```
 //!
-//! which takes exactly as many bytes as the ggml row (Q8_0, Q4_0, Q4_1).
+//! which takes exactly as many bytes as the ggml row (Q8_0, Q4_0, Q4_1; Q5_0 is held as
+//! Q8_0, its 5-bit codes in signed bytes).
 //!
-//! Types the kernels read as decoded groups ([`KernelGroup::Groups`]: Q5_0, Q5_1 and the
+//! Types the kernels read as decoded groups ([`KernelGroup::Groups`]: Q5_1 and the
 //! K-quants) are decoded at load into [`Group`]s and stored as
 //!
 //! ```text
@@ -59,10 +60,14 @@ fn group_format(ty: GgmlType) -> Option<GroupFormat> {
 
 /// Bytes of one row of `cols` values in the kernels' layout (as stored for float types).
 pub fn packed_row_bytes(ty: GgmlType, cols: usize) -> usize {
-    match group_format(ty) {
-        Some(f) => cols / QK * f.group_bytes(),
-        None => ty.row_bytes(cols),
-    }
+    let group_bytes = match ty.kernel() {
+        KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16 => return ty.row_bytes(cols),
+        KernelGroup::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
+        KernelGroup::Q4_0 => std::mem::size_of::<BlockQ4_0>(),
+        KernelGroup::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
+        KernelGroup::Groups(f) => f.group_bytes(),
+    };
+    cols / QK * group_bytes
 }
 
 /// Repacks whole ggml rows (`ggml.len()` a multiple of the row size) into the packed layout.
@@ -75,6 +80,12 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8]) -> Vec<u8> {
     let mut decoded = vec![Group::ZERO; groups];
     for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(packed_bytes)) {
         match ty.kernel() {
+            // Another type held as Q8_0 (Q5_0): its codes as signed bytes, its f16 scale.
+            KernelGroup::Q8_0 if ty != GgmlType::Q8_0 => {
+                let decode = ty.spec().decode_groups.expect("types held as Q8_0 have a group decoder");
+                decode(src, &mut decoded);
+                pack_as_q8_0(&decoded, dst);
+            }
             KernelGroup::Q8_0 => pack(as_blocks::<BlockQ8_0>(src), dst, groups, |b| (bytemuck_i8(&b.qs), b.d, None)),
             KernelGroup::Q4_0 => pack(as_blocks::<BlockQ4_0>(src), dst, groups, |b| (&b.qs[..], b.d, None)),
             KernelGroup::Q4_1 => pack(as_blocks::<BlockQ4_1>(src), dst, groups, |b| (&b.qs[..], b.d, Some(b.m))),
@@ -87,6 +98,20 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Writes one row of decoded groups with one f16-exact scale each (Q5_0) in Q8_0's packed
+/// layout.
+fn pack_as_q8_0(groups: &[Group], dst: &mut [u8]) {
+    let (codes, scales) = dst.split_at_mut(groups.len() * QK);
+    for (i, g) in groups.iter().enumerate() {
+        for (b, &q) in codes[i * QK..(i + 1) * QK].iter_mut().zip(&g.codes) {
+            *b = q as u8;
+        }
+        let d = half::f16::from_f32(g.scale[0]);
+        debug_assert!(d.to_f32().to_bits() == g.scale[0].to_bits() || d.is_nan());
+        scales[2 * i..2 * i + 2].copy_from_slice(&d.to_le_bytes());
+    }
 }
 
 /// Writes one row of decoded groups in the group layout (module docs).
@@ -211,7 +236,7 @@ pub fn code_bytes(ty: GgmlType) -> usize {
 
 /// Reorders the codes of whole packed rows (grouped layout) into the chunked layout, in place.
 pub fn chunk_rows(ty: GgmlType, cols: usize, packed: &mut [u8]) {
-    let row_bytes = ty.row_bytes(cols);
+    let row_bytes = packed_row_bytes(ty, cols);
     assert!(is_int8_packable(ty) && packed.len().is_multiple_of(row_bytes));
     let (groups, cb) = (cols / QK, code_bytes(ty));
     let mut grouped = vec![0u8; groups * cb];

@@ -19,12 +19,14 @@ use super::vocab::Vocab;
 use crate::error::{Error, Result};
 
 /// The `tokenizer.ggml.pre` values implemented, for error messages.
-pub(super) const SUPPORTED_PRE: &str = "'llama-bpe' (Llama 3), 'qwen2', 'gpt-2', 'smollm'";
+pub(super) const SUPPORTED_PRE: &str = "'llama-bpe' (Llama 3), 'qwen2', 'qwen35', 'gpt-2', 'smollm'";
 
 /// Llama 3's split regex, as llama.cpp spells it (the contractions without `(?i:...)`).
 const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's: Llama 3's with single digits.
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen3.5's: Qwen2's where combining marks (`\p{M}`) continue a word.
+const QWEN35_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// A pre-tokenizer llama.cpp knows by `tokenizer.ggml.pre`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,8 @@ pub(super) enum PreTokenizerKind {
     Llama3,
     /// `"qwen2"`: Llama 3's regex with single digits.
     Qwen2,
+    /// `"qwen35"`: Qwen2's, with combining marks continuing a word.
+    Qwen35,
 }
 
 impl PreTokenizerKind {
@@ -49,6 +53,7 @@ impl PreTokenizerKind {
             Some("smollm") => Ok(PreTokenizerKind::SmolLm),
             Some("llama-bpe" | "llama3" | "llama-v3") => Ok(PreTokenizerKind::Llama3),
             Some("qwen2") => Ok(PreTokenizerKind::Qwen2),
+            Some("qwen35") => Ok(PreTokenizerKind::Qwen35),
             Some(other) => Err(Error::Unsupported(format!(
                 "tokenizer.ggml.pre = '{other}' for a 'gpt2' tokenizer (supported: {SUPPORTED_PRE})"
             ))),
@@ -62,6 +67,7 @@ impl PreTokenizerKind {
             PreTokenizerKind::SmolLm => "smollm",
             PreTokenizerKind::Llama3 => "llama-bpe",
             PreTokenizerKind::Qwen2 => "qwen2",
+            PreTokenizerKind::Qwen35 => "qwen35",
         }
     }
 
@@ -83,6 +89,7 @@ impl PreTokenizerKind {
             PreTokenizerKind::SmolLm => Sequence::new(vec![Digits::new(true).into(), gpt2.into()]).into(),
             PreTokenizerKind::Llama3 => Sequence::new(vec![split(LLAMA3_REGEX)?.into(), bytes_only.into()]).into(),
             PreTokenizerKind::Qwen2 => Sequence::new(vec![split(QWEN2_REGEX)?.into(), bytes_only.into()]).into(),
+            PreTokenizerKind::Qwen35 => Sequence::new(vec![split(QWEN35_REGEX)?.into(), bytes_only.into()]).into(),
         })
     }
 }

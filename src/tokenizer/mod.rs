@@ -1,7 +1,7 @@
 //! Text <-> token ids for GGUF models, built from the file's `tokenizer.ggml.*` metadata and
 //! matching llama.cpp's tokenization of the same file. Two kinds:
 //!
-//! - byte-level BPE (`tokenizer.ggml.model = "gpt2"`: Llama 3, Qwen2, GPT-2, SmolLM2), with
+//! - byte-level BPE (`tokenizer.ggml.model = "gpt2"`: Llama 3, Qwen2/3/3.5, GPT-2, SmolLM2), with
 //!   the pre-tokenizer `tokenizer.ggml.pre` names, on the `tokenizers` crate ([`bpe`]);
 //! - SentencePiece (`"llama"`: Llama 2, Mistral, TinyLlama, Phi-3, Gemma), scores and byte
 //!   fallback, reprolm's own implementation of llama.cpp's algorithm ([`spm`]).
@@ -106,7 +106,8 @@ impl Tokenizer {
             }
         };
         let n_tokens = tokens.len();
-        for (key, id) in [("bos_token_id", bos_id), ("eos_token_id", eos_id), ("unknown_token_id", unk_id)] {
+        // The unknown token only matters to SentencePiece (checked there).
+        for (key, id) in [("bos_token_id", bos_id), ("eos_token_id", eos_id)] {
             if let Some(id) = id.filter(|&id| n_tokens > 0 && id as usize >= n_tokens) {
                 return Err(Error::Model(format!(
                     "tokenizer.ggml.{key} = {id} is outside the vocabulary of {n_tokens}"
@@ -162,7 +163,7 @@ impl Tokenizer {
     }
 
     /// What kind of tokenizer this is: `"sentencepiece"`, or `"bpe:"` and the pre-tokenizer
-    /// (`"bpe:llama-bpe"`, `"bpe:qwen2"`, `"bpe:gpt-2"`, `"bpe:smollm"`).
+    /// (`"bpe:llama-bpe"`, `"bpe:qwen2"`, `"bpe:qwen35"`, `"bpe:gpt-2"`, `"bpe:smollm"`).
     pub fn kind(&self) -> String {
         match &self.algorithm {
             Algorithm::ByteLevelBpe { pre, .. } => format!("bpe:{}", pre.name()),

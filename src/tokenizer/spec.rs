@@ -10,8 +10,8 @@ pub struct TokenizerSpec {
     /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"` (SentencePiece).
     pub model: String,
     /// `tokenizer.ggml.pre`, the pre-tokenizer of a `"gpt2"` model (`"llama-bpe"`, `"qwen2"`,
-    /// `"gpt-2"`, `"smollm"`). Absent means the plain GPT-2 regex, as llama.cpp used before the
-    /// key existed. Ignored for `"llama"` (SentencePiece has no pre-tokenizer).
+    /// `"qwen35"`, `"gpt-2"`, `"smollm"`). Absent means the plain GPT-2 regex, as llama.cpp
+    /// used before the key existed. Ignored for `"llama"` (SentencePiece has no pre-tokenizer).
     pub pre: Option<String>,
     /// `tokenizer.ggml.tokens`: the token strings in id order (byte-level alphabet for `"gpt2"`,
     /// text with `▁` for spaces for `"llama"`; special and user-defined tokens are plain text).

@@ -27,7 +27,8 @@ pub(super) struct SentencePiece {
 
 impl SentencePiece {
     /// # Errors
-    /// [`Error::Model`] if the scores are missing, of the wrong length or not numbers.
+    /// [`Error::Model`] if the scores are missing, of the wrong length or NaN, or the unknown
+    /// token id is outside the vocabulary.
     pub(super) fn new(vocab: &Vocab, scores: Option<Vec<f32>>, unk_id: Option<u32>) -> Result<Self> {
         let scores = scores.ok_or_else(|| {
             Error::Model("a SentencePiece ('llama') tokenizer needs tokenizer.ggml.scores".into())
@@ -41,6 +42,12 @@ impl SentencePiece {
         }
         if let Some(id) = scores.iter().position(|s| s.is_nan()) {
             return Err(Error::Model(format!("tokenizer.ggml.scores[{id}] is NaN")));
+        }
+        if let Some(id) = unk_id.filter(|&id| id as usize >= vocab.len()) {
+            return Err(Error::Model(format!(
+                "tokenizer.ggml.unknown_token_id = {id} is outside the vocabulary of {}",
+                vocab.len()
+            )));
         }
         let byte_tokens = Box::new(std::array::from_fn(|byte| {
             let byte = byte as u8;

@@ -115,3 +115,16 @@ def test_the_terms_are_next_to_the_model(gemma_path: Path) -> None:
     terms = reprolm.model_terms("gemma3-270m")
     assert [p.name for p in terms] == ["GEMMA_TERMS.html", "NOTICE.md"]
     assert "Gemma" in terms[0].read_text(encoding="utf-8", errors="replace")
+
+
+def test_cli_by_name(gemma_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = lambda *args: subprocess.run([sys.executable, "-m", "reprolm", *args], capture_output=True, text=True)  # noqa: E731
+    out = run("download", "gemma3-270m")
+    assert out.returncode == 0 and out.stdout == f"{gemma_path}\n"
+    terms = reprolm.model_terms("gemma3-270m")[0]
+    assert f"Gemma Terms of Use: {terms}" in out.stderr
+    out = run("inspect", "--model", "gemma3-270m")
+    assert out.returncode == 0 and "general.architecture" in out.stdout and "Q6_K" in out.stdout

@@ -1,8 +1,8 @@
 """A tiny Llama whose matrices use every new tensor type (Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
 Q6_K; random blocks): its logits match a float64 forward over the weights the `gguf` package
 dequantizes, and every reproducibility guarantee holds for it (threads, prefill chunking,
-ISAs, save/load). precision="int8" runs these types on the float32 kernels (documented
-fallback), so its logits are the float32 ones bit for bit."""
+ISAs, save/load). precision="int8" runs Q5_0 (held as Q8_0) on the int8 kernels and the
+other new types on the float32 ones (documented fallback)."""
 
 from __future__ import annotations
 
@@ -75,10 +75,30 @@ def test_bitwise_across_isas_threads_chunking_and_sessions(kquant_llama: Path, l
     assert all(np.array_equal(r, logits[i]) for r, i in zip(rows, [6, 8] + list(range(9, len(PROMPT)))))
 
 
-def test_int8_precision_runs_these_types_in_float32(kquant_llama: Path, logits: np.ndarray) -> None:
-    model = reprolm.Model.load(kquant_llama, threads=2, precision="int8")
-    assert model.precision == "int8"
-    assert np.array_equal(model.logits(PROMPT), logits)
+def test_int8_precision(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) -> None:
+    # Q5_0 is held as Q8_0 and runs the int8 kernels: deterministic, close to float32.
+    one, three = (reprolm.Model.load(kquant_llama, threads=t, precision="int8") for t in (1, 3))
+    int8 = one.logits(PROMPT)
+    session = three.session()
+    assert np.array_equal(three.logits(PROMPT), int8)
+    assert np.array_equal(np.stack([session.prefill(PROMPT[:5])] + [session.step(t) for t in PROMPT[5:]]), int8[4:])
+    assert not np.array_equal(int8, logits)
+    # Close as the int8 path is held to on SmolLM2 (tests/python/test_precision.py): mean
+    # KL(float32 || int8) of the next-token distributions at most 5e-3.
+    want, got = logits.astype(np.float64), int8.astype(np.float64)
+    logp = want - want.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    logq = got - got.max(axis=1, keepdims=True)
+    logq -= np.log(np.exp(logq).sum(axis=1, keepdims=True))
+    kl = (np.exp(logp) * (logp - logq)).sum(axis=1)
+    assert kl.mean() <= 5e-3, kl
+    # The other new types have no int8 kernels: they run the float32 ones in either precision,
+    # so without Q5_0 matrices int8 gives the float32 bits.
+    path = tmp_path / "no-q5_0.gguf"
+    write_tiny_llama(path, reprolm.default_model_path(), d=256, ffn=512, seed=3,
+                     types=lambda name: Q.Q5_1 if matrix_type(name) == Q.Q5_0 else matrix_type(name))
+    float32 = reprolm.Model.load(path, threads=2).logits(PROMPT)
+    assert np.array_equal(reprolm.Model.load(path, threads=2, precision="int8").logits(PROMPT), float32)
 
 
 def test_same_bits_as_the_dequantized_float32_model(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """reprolm.Tokenizer on llama.cpp's vocabulary-only GGUF files (tests/data/vocab/): every test
-pair llama.cpp ships, the 328-text set tokenized by llama.cpp itself (plain and with special
+pair llama.cpp ships, the 334-text set tokenized by llama.cpp itself (plain and with special
 tokens parsed), decoding, and vocabulary-only files in inspect and Model.load."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_llama_cpp_ids_with_special_tokens(family: tuple[str, reprolm.Tokenizer]
     name, tok = family
     texts = _texts("cases.inp")
     plain, parsed = _ids(f"ggml-vocab-{name}.gguf.cases.out"), _ids(f"ggml-vocab-{name}.gguf.cases-special.out")
-    assert len(texts) == len(plain) == len(parsed) == 328
+    assert len(texts) == len(plain) == len(parsed) == 334
     for text, want_plain, want_parsed in zip(texts, plain, parsed):
         assert tok.encode(text) == want_plain, text
         assert tok.encode(text, special=True) == want_parsed, text

@@ -1,6 +1,10 @@
 //! Q5_0: 32 values in 22 bytes `{d: f16, qh: u32, qs: [u8; 16]}`, w = d * (q - 16) with the
 //! 5-bit q = nibble (value j < 16: low nibble of `qs[j]`, j + 16: high nibble) plus bit j of
 //! `qh` as bit 4.
+//!
+//! The kernels hold Q5_0 as Q8_0 (`q - 16` as a signed byte, the same f16 `d`: 34 bytes per
+//! 32 values), so both the float32 and the int8 kernels of Q8_0 run it, with exactly these
+//! weights.
 
 use crate::tensor::spec::{decode_groups, dequantize_groups, f16_at, Codes, Group, GroupFormat, GroupType, KernelGroup, TypeSpec};
 use crate::tensor::GgmlType;
@@ -37,6 +41,6 @@ pub const SPEC: TypeSpec = TypeSpec {
     file_type: None,
     dequantize: dequantize_groups::<Q5_0>,
     f16_fields: &[0],
-    kernel: KernelGroup::Groups(Q5_0::FORMAT),
+    kernel: KernelGroup::Q8_0,
     decode_groups: Some(decode_groups::<Q5_0>),
 };

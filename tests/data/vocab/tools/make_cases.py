@@ -17,13 +17,17 @@ edge cases (below). `ggml-vocab-gemma-3.gguf` is made by `extract_vocab.py` from
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 SEPARATOR = "\n__ggml_vocab_test__\n"
-VOCABS = ["llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2", "gemma-3"]
+VOCABS = ["llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2", "gemma-3", "qwen35"]
+# ggml-vocab-qwen35.gguf is ggml-vocab-qwen2.gguf with tokenizer.ggml.pre = "qwen35" (checked
+# below), so it is not copied: the tests use the qwen2 file with that key changed.
+REF = Path(os.environ.get("REPROLM_REFERENCE", "/work/shared/reference/llamacpp-vocab"))
 
 # Chat markup and special-token edge cases of every family; each vocabulary sees all of them,
 # so one family's markup is ordinary text (or user-defined tokens) for the others.
@@ -65,7 +69,8 @@ EDGE_TEXTS = [
     "https://example.com/path?q=1&r=2#frag", "user@example.com", "C:\\Windows\\System32",
     "안녕하세요 세계", "مرحبا بالعالم", "שלום עולם", "नमस्ते दुनिया", "สวัสดีชาวโลก", "Привет, мир!",
     "Γειά σου Κόσμε", "こんにちは世界", "你好，世界！", "Xin chào thế giới", "Cześć świecie",
-    "e\u0301 vs \u00e9", "n\u0303", "\u0915\u094d\u0937", "👨‍👩‍👧‍👦", "🏳️‍🌈", "👍🏽", "🇫🇷🇯🇵",
+    "e\u0301 vs \u00e9", "n\u0303", "N\u0303andu\u0301", "Tie\u0302\u0301ng Vie\u0323\u0302t", "مَرْحَبًا",
+    "שָׁלוֹם", "Z\u0336\u0317a\u0335l\u0334g\u0338o\u0337", "x\u0301\u0302\u0303 y", "\u0915\u094d\u0937", "👨‍👩‍👧‍👦", "🏳️‍🌈", "👍🏽", "🇫🇷🇯🇵",
     "\u2581", "\u2581\u2581x", "a\u2581b", "▁▁▁", "\U0001F600\U0001F601", "\U00020BB7\U0002A6B2",
     "I'm", "I'M", "we'll've", "'s 't 're", "don't  won't", "O'Neil", "rock 'n' roll",
     "!!!", "???", "...", "—", "–-", "“quotes”", "«guillemets»", "(parens) [brackets] {braces}",
@@ -87,6 +92,15 @@ def build_tool(llama_dir: Path) -> Path:
     return exe
 
 
+def check_only_pre_differs(a: Path, b: Path) -> None:
+    import gguf
+
+    fa, fb = gguf.GGUFReader(a).fields, gguf.GGUFReader(b).fields
+    differ = {k for k in set(fa) | set(fb) if k not in fa or k not in fb
+              or [bytes(fa[k].parts[i]) for i in fa[k].data] != [bytes(fb[k].parts[i]) for i in fb[k].data]}
+    assert differ == {"tokenizer.ggml.pre"}, differ
+
+
 def main() -> None:
     exe = build_tool(Path(sys.argv[1]).expanduser())
     texts: list[str] = [c["text"] for c in json.loads((HERE.parent / "tokenizer.json").read_text("utf-8"))]
@@ -97,8 +111,10 @@ def main() -> None:
     assert all(SEPARATOR not in t for t in texts)
     inp = HERE / "cases.inp"
     inp.write_text("".join(t + SEPARATOR for t in texts), "utf-8")
+    qwen35 = REF / "ggml-vocab-qwen35.gguf"
+    check_only_pre_differs(qwen35, HERE / "ggml-vocab-qwen2.gguf")
     for name in VOCABS:
-        vocab = HERE / f"ggml-vocab-{name}.gguf"
+        vocab = qwen35 if name == "qwen35" else HERE / f"ggml-vocab-{name}.gguf"
         for parse_special, suffix in [(0, "cases.out"), (1, "cases-special.out")]:
             out = subprocess.run([str(exe), str(vocab), str(inp), "1", str(parse_special)],
                                  check=True, capture_output=True, text=True).stdout
