@@ -240,12 +240,17 @@ impl Tokenizer {
     /// # Errors
     /// [`Error::Tokenizer`] if the `tokenizers` pipeline fails (not expected for any input).
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>> {
+        Ok(self.bos_to_add.iter().copied().chain(self.encode_text(text, special)?).collect())
+    }
+
+    /// [`Tokenizer::encode`] without the BOS id: the tokens of `text` alone.
+    pub fn encode_text(&self, text: &str, special: bool) -> Result<Vec<u32>> {
         let added = if special { &self.added_special } else { &self.added_text };
         let mut pieces = added.extract_and_normalize(None::<&NormalizerWrapper>, text);
         self.pre_tokenizer.pre_tokenize(&mut pieces).map_err(tokenizers_error)?;
         pieces.tokenize(|piece| self.bpe.tokenize(piece.get())).map_err(tokenizers_error)?;
         let encoding = pieces.into_encoding(None, 0, OffsetType::None).map_err(tokenizers_error)?;
-        Ok(self.bos_to_add.iter().chain(encoding.get_ids()).copied().collect())
+        Ok(encoding.get_ids().to_vec())
     }
 
     /// The text of `ids`: the raw bytes of all tokens concatenated, then read as UTF-8 (invalid
