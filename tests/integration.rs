@@ -11,6 +11,7 @@ mod forward_int8;
 mod forward_reference;
 mod fuzz_corpora;
 mod fuzz_regressions;
+mod grammar;
 mod kernels;
 mod kernels_int8;
 mod quantize;

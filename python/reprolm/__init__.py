@@ -14,6 +14,7 @@ from ._core import ModelConfig, __version__
 from ._decoding import Beam, StepInfo
 from ._download import cache_dir, default_model_path
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
+from .grammar import Grammar, GrammarMatcher
 from ._model import Chunk, Completion, EngineStats, FinishReason, Message, Model, Prompt, Request, Session
 from ._quantize import QuantizeReport, TensorReport, convert, quantize, quantize_row
 from .errors import (
@@ -21,6 +22,7 @@ from .errors import (
     ContextOverflowError,
     EmptyPromptError,
     GgufFormatError,
+    GrammarError,
     InvalidArgumentError,
     InvalidInputError,
     InvalidModelError,
@@ -57,6 +59,8 @@ __all__ = [
     "ModelConfig",
     "Sampler",
     "sampling",
+    "Grammar",
+    "GrammarMatcher",
     "default_model_path",
     "cache_dir",
     "inspect",
@@ -85,6 +89,7 @@ __all__ = [
     "StateVersionError",
     "StateModelMismatchError",
     "ChatTemplateError",
+    "GrammarError",
     "ModelDownloadError",
     "RequestCancelledError",
     "EngineStoppedError",
