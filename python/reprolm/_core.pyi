@@ -31,6 +31,8 @@ __all__ = [
     "quantize_row",
     "CallableModel",
     "engine_beam_search",
+    "GrammarSpec",
+    "GrammarMatcher",
     "__version__",
 ]
 
@@ -259,6 +261,7 @@ class GrammarSpec:
 class GrammarMatcher:
     def __new__(cls, engine: Engine, spec: GrammarSpec) -> GrammarMatcher: ...
     def allowed_token_ids(self) -> list[int]: ...
+    def allowed_count(self) -> int: ...
     def accept(self, token_id: int) -> None: ...
     def is_accepting(self) -> bool: ...
 def apply_chat_template(

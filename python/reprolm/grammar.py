@@ -146,6 +146,10 @@ class GrammarMatcher:
         them exactly when :attr:`is_accepting`)."""
         return self._core.allowed_token_ids()
 
+    def allowed_count(self) -> int:
+        """|S|: how many ids :meth:`allowed_token_ids` would list (computed without listing)."""
+        return self._core.allowed_count()
+
     def accept(self, token_id: int) -> None:
         """Advances past ``token_id``; a token outside S raises :class:`GrammarError`."""
         self._core.accept(int(token_id))

@@ -83,6 +83,12 @@ impl PyGrammarMatcher {
         py.detach(|| self.with(GrammarState::allowed_ids)).py()
     }
 
+    /// How many ids the grammar allows as the next token (computes S without listing it).
+    fn allowed_count(&self, py: Python<'_>) -> PyResult<usize> {
+        let count = |s: &mut GrammarState| s.allowed().map(|bits| bits.iter().map(|w| w.count_ones() as usize).sum());
+        py.detach(|| self.with(count)).py()
+    }
+
     /// Advances past `token_id`, which must be allowed.
     fn accept(&self, py: Python<'_>, token_id: i64) -> PyResult<()> {
         let token = u32::try_from(token_id)
