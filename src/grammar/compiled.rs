@@ -13,7 +13,6 @@ pub struct Grammar {
     spec: GrammarSpec,
     initial: Matcher,
     vocab_size: usize,
-    eos: u32,
 }
 
 impl std::fmt::Debug for Grammar {
@@ -40,17 +39,13 @@ impl Grammar {
             Ok(_) => return Err(Error::Grammar("no token of the vocabulary can start the grammar".into())),
             Err(e) => return Err(Error::Grammar(format!("no token of the vocabulary can start the grammar: {e}"))),
         }
-        Ok(Grammar { spec: spec.clone(), initial, vocab_size: vocabulary.vocab_size(), eos: vocabulary.eos() })
+        Ok(Grammar { spec: spec.clone(), initial, vocab_size: vocabulary.vocab_size() })
     }
 
     /// Checks `spec` without a model: compiles it for the vocabulary of the 256 single bytes,
     /// which finds every error but a grammar the model's tokens cannot start.
     pub fn check(spec: &GrammarSpec) -> Result<()> {
         Grammar::compile(spec, GrammarVocabulary::bytes()?).map(|_| ())
-    }
-
-    pub fn spec(&self) -> &GrammarSpec {
-        &self.spec
     }
 
     /// The size of the vocabulary it was compiled for.
@@ -60,7 +55,7 @@ impl Grammar {
 
     /// A new sequence at the start of the grammar.
     pub fn start(&self) -> GrammarState {
-        GrammarState { matcher: self.initial.clone(), mask: SimpleVob::alloc(self.vocab_size), eos: self.eos, tokens: 0 }
+        GrammarState { matcher: self.initial.clone(), mask: SimpleVob::alloc(self.vocab_size), tokens: 0 }
     }
 }
 
@@ -71,7 +66,6 @@ pub struct GrammarState {
     matcher: Matcher,
     /// S as computed by the last [`GrammarState::allowed`]: bit `id % 32` of word `id / 32`.
     mask: SimpleVob,
-    eos: u32,
     /// Tokens accepted so far.
     tokens: usize,
 }
@@ -120,11 +114,6 @@ impl GrammarState {
     /// Whether the text so far is complete: the end-of-sequence token is allowed now.
     pub fn is_accepting(&mut self) -> bool {
         self.matcher.is_accepting().unwrap_or(false)
-    }
-
-    /// The end-of-sequence token of the vocabulary.
-    pub fn eos(&self) -> u32 {
-        self.eos
     }
 
     fn failure(&self, e: impl std::fmt::Display) -> Error {

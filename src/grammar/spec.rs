@@ -28,16 +28,6 @@ fn default_json_options() -> Value {
 }
 
 impl GrammarSpec {
-    /// The short name of the kind: `"json_schema"`, `"regex"`, `"lark"` or `"choice"`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            GrammarSpec::JsonSchema(_) => "json_schema",
-            GrammarSpec::Regex(_) => "regex",
-            GrammarSpec::Lark(_) => "lark",
-            GrammarSpec::Choice(_) => "choice",
-        }
-    }
-
     /// The grammar in llguidance's form.
     ///
     /// # Errors

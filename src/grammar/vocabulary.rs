@@ -46,12 +46,11 @@ impl TokenizerEnv for TokenizerEnvironment {
 pub struct GrammarVocabulary {
     factory: ParserFactory,
     vocab_size: usize,
-    eos: u32,
 }
 
 impl std::fmt::Debug for GrammarVocabulary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GrammarVocabulary").field("vocab_size", &self.vocab_size).field("eos", &self.eos).finish()
+        f.debug_struct("GrammarVocabulary").field("vocab_size", &self.vocab_size).finish()
     }
 }
 
@@ -85,7 +84,7 @@ impl GrammarVocabulary {
             quiet_factory(&env)
         }))
         .map_err(|_| Error::Grammar("the token trie could not be built from the vocabulary".into()))??;
-        Ok(GrammarVocabulary { factory, vocab_size, eos })
+        Ok(GrammarVocabulary { factory, vocab_size })
     }
 
     /// A small vocabulary of the 256 single bytes, to check a grammar's syntax before any model
@@ -96,8 +95,8 @@ impl GrammarVocabulary {
             return Ok(v);
         }
         let env = ApproximateTokEnv::single_byte_env();
-        let (vocab_size, eos) = (env.tok_trie().vocab_size(), env.tok_trie().eos_token());
-        let built = GrammarVocabulary { factory: quiet_factory(&env)?, vocab_size, eos };
+        let vocab_size = env.tok_trie().vocab_size();
+        let built = GrammarVocabulary { factory: quiet_factory(&env)?, vocab_size };
         Ok(BYTES.get_or_init(|| built))
     }
 
@@ -107,11 +106,6 @@ impl GrammarVocabulary {
 
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
-    }
-
-    /// The end-of-sequence token.
-    pub fn eos(&self) -> u32 {
-        self.eos
     }
 }
 

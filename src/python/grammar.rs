@@ -46,11 +46,6 @@ impl PyGrammarSpec {
     fn choice(py: Python<'_>, options: Vec<String>) -> PyResult<Self> {
         Self::checked(py, GrammarSpec::Choice(options))
     }
-
-    #[getter]
-    fn kind(&self) -> &'static str {
-        self.spec.kind()
-    }
 }
 
 /// `spec` compiled for `engine`'s vocabulary (GIL released).

@@ -14,6 +14,8 @@ import json
 import math
 import pickle
 import re
+import subprocess
+import sys
 from typing import Any
 
 import jsonschema
@@ -317,6 +319,20 @@ def test_same_bits_on_any_thread_count_and_driver(model_path: Any, model: reprol
     assert (c.token_ids, c.logprobs, c.finish_reason) == expected
     chunks = list(model.stream(_DET_PROMPT, max_tokens=32, sampler=sampler, grammar=_DET_GRAMMAR))
     assert [i for ch in chunks for i in ch.token_ids] == expected[0]
+
+
+def test_same_bits_in_another_process(model: reprolm.Model) -> None:
+    """The grammar engine's hash maps are seeded at random per process: S must not depend on it."""
+    code = ("import json, sys, reprolm\n"
+            "from reprolm import Grammar, Sampler\n"
+            "g = Grammar.json_schema(json.loads(sys.argv[1]))\n"
+            "c = reprolm.Model.default().generate(sys.argv[2], max_tokens=32, grammar=g, sampler=Sampler(temperature=1.0, seed=5))\n"
+            "print(json.dumps([c.token_ids, c.logprobs]))\n")
+    schema = json.loads(str(_DET_GRAMMAR.source))
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(schema), _DET_PROMPT], capture_output=True, text=True,
+                         check=True, timeout=120)
+    here = model.generate(_DET_PROMPT, max_tokens=32, grammar=_DET_GRAMMAR, sampler=Sampler(temperature=1.0, seed=5))
+    assert json.loads(out.stdout) == [here.token_ids, here.logprobs]
 
 
 def test_same_bits_alongside_other_requests(model: reprolm.Model) -> None:
