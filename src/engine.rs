@@ -2,10 +2,11 @@
 //! sessions that hold one sequence's KV cache.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
+use crate::grammar::{Grammar, GrammarSpec, GrammarVocabulary};
 use crate::kernels::{Isa, Precision};
 use crate::decode::{self, Generation, Request};
 use crate::model::{KvCache, KvCacheOptions, KvDtype, Llama, LlamaWeights, LogitRows, ModelConfig, Overflow, Scratch};
@@ -29,10 +30,12 @@ const MAX_THREADS: usize = 1024;
 pub struct Engine {
     pub file: GgufFile,
     pub llama: Llama,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pool: ThreadPool,
     /// XXH64 of the model file's bytes, computed on first use (session state files).
-    fingerprint: std::sync::OnceLock<u64>,
+    fingerprint: OnceLock<u64>,
+    /// The vocabulary as grammars see it, built on first use.
+    grammar_vocabulary: OnceLock<GrammarVocabulary>,
 }
 
 impl Engine {
@@ -73,9 +76,10 @@ impl Engine {
         Ok(Engine {
             file,
             llama: Llama { config, weights, isa },
-            tokenizer,
+            tokenizer: Arc::new(tokenizer),
             pool: ThreadPool::new(threads),
-            fingerprint: std::sync::OnceLock::new(),
+            fingerprint: OnceLock::new(),
+            grammar_vocabulary: OnceLock::new(),
         })
     }
 
@@ -116,6 +120,20 @@ impl Engine {
     /// The worker pool forward passes run on.
     pub(crate) fn pool(&self) -> &ThreadPool {
         &self.pool
+    }
+
+    /// The vocabulary prepared for constrained decoding (the token trie), built on first use.
+    pub fn grammar_vocabulary(&self) -> Result<&GrammarVocabulary> {
+        if let Some(vocabulary) = self.grammar_vocabulary.get() {
+            return Ok(vocabulary);
+        }
+        let built = GrammarVocabulary::new(Arc::clone(&self.tokenizer), self.config().eos_id)?;
+        Ok(self.grammar_vocabulary.get_or_init(|| built))
+    }
+
+    /// `spec` compiled for this model's vocabulary (see [`Grammar::compile`]).
+    pub fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar> {
+        Grammar::compile(spec, self.grammar_vocabulary()?)
     }
 
     /// Checks every id against the vocabulary.

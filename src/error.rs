@@ -82,6 +82,12 @@ pub enum Error {
     #[error("chat template: {0}")]
     ChatTemplate(String),
 
+    /// A grammar for constrained decoding that cannot be used: invalid JSON Schema, an
+    /// unsupported keyword, a regular expression or Lark syntax error, a grammar no token of
+    /// the vocabulary can start; or one that failed while generating (the message says which).
+    #[error("grammar: {0}")]
+    Grammar(String),
+
     /// Generation was interrupted by the caller (e.g. Ctrl-C).
     #[error("interrupted")]
     Interrupted,

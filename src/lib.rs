@@ -13,6 +13,7 @@ pub mod decode;
 pub mod engine;
 pub mod error;
 pub mod gguf;
+pub mod grammar;
 pub mod kernels;
 pub mod model;
 pub mod quantize;

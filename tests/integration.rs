@@ -15,6 +15,7 @@ mod fuzz_corpora;
 mod fuzz_regressions;
 mod gemma3;
 mod gemma_tensors;
+mod grammar;
 mod kernels;
 mod kernels_int8;
 mod quantize;

@@ -14,6 +14,7 @@ from ._core import ModelConfig, __version__
 from ._decoding import Beam, StepInfo
 from ._download import cache_dir, default_model_path, known_models, model_path, model_terms
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
+from .grammar import Grammar, GrammarMatcher
 from ._model import Chunk, Completion, EngineStats, FinishReason, Message, Model, Prompt, Request, Session
 from ._quantize import QuantizeReport, TensorReport, convert, quantize, quantize_row
 from .errors import (
@@ -21,6 +22,7 @@ from .errors import (
     ContextOverflowError,
     EmptyPromptError,
     GgufFormatError,
+    GrammarError,
     InvalidArgumentError,
     InvalidInputError,
     InvalidModelError,
@@ -59,6 +61,8 @@ __all__ = [
     "Sampler",
     "Tokenizer",
     "sampling",
+    "Grammar",
+    "GrammarMatcher",
     "default_model_path",
     "known_models",
     "model_path",
@@ -90,6 +94,7 @@ __all__ = [
     "StateVersionError",
     "StateModelMismatchError",
     "ChatTemplateError",
+    "GrammarError",
     "ModelDownloadError",
     "RequestCancelledError",
     "EngineStoppedError",

@@ -32,6 +32,8 @@ __all__ = [
     "quantize_row",
     "CallableModel",
     "engine_beam_search",
+    "GrammarSpec",
+    "GrammarMatcher",
     "__version__",
 ]
 
@@ -217,6 +219,7 @@ class Session:
         stop_token_ids: list[int],
         stop: list[str],
         steps: bool = False,
+        grammar: Optional[GrammarSpec] = None,
     ) -> tuple[list[int], str, Literal["eos", "length", "stop"], list[float], list[_StepTuple]]: ...
     def stream(
         self,
@@ -226,6 +229,7 @@ class Session:
         sampler: SamplerConfig,
         stop_token_ids: list[int],
         stop: list[str],
+        grammar: Optional[GrammarSpec] = None,
     ) -> Stream: ...
 
 @final
@@ -254,7 +258,27 @@ def submit(
     stop_token_ids: list[int],
     stop: list[str],
     steps: bool = False,
+    grammar: Optional[GrammarSpec] = None,
 ) -> Request: ...
+
+@final
+class GrammarSpec:
+    @staticmethod
+    def json_schema(schema: str) -> GrammarSpec: ...
+    @staticmethod
+    def regex(pattern: str) -> GrammarSpec: ...
+    @staticmethod
+    def lark(grammar: str) -> GrammarSpec: ...
+    @staticmethod
+    def choice(options: list[str]) -> GrammarSpec: ...
+
+@final
+class GrammarMatcher:
+    def __new__(cls, engine: Engine, spec: GrammarSpec) -> GrammarMatcher: ...
+    def allowed_token_ids(self) -> list[int]: ...
+    def allowed_count(self) -> int: ...
+    def accept(self, token_id: int) -> None: ...
+    def is_accepting(self) -> bool: ...
 def apply_chat_template(
     engine: Engine,
     messages: list[dict[str, Any]],

@@ -14,6 +14,8 @@ import numpy.typing as npt
 from . import _args, _core
 from ._decoding import Beam, StepInfo
 from ._download import fetch_default_model, resolve_model
+from .errors import InvalidTypeError
+from .grammar import Grammar
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
 from .sampling import Sampler, _step_sampler
@@ -32,6 +34,14 @@ Message = Mapping[str, Any]
 
 def _stop_list(stop: Union[str, Sequence[str]]) -> list[str]:
     return [stop] if isinstance(stop, str) else [str(s) for s in stop]
+
+
+def _grammar_spec(grammar: Optional[Grammar]) -> Optional[_core.GrammarSpec]:
+    if grammar is None:
+        return None
+    if not isinstance(grammar, Grammar):
+        raise InvalidTypeError(f"grammar must be a reprolm.Grammar or None, got {type(grammar).__name__}")
+    return grammar._spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +240,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        grammar: Optional[Grammar] = None,
     ) -> Completion: ...
 
     @overload
@@ -243,6 +254,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        grammar: Optional[Grammar] = None,
     ) -> list[Completion]: ...
 
     def generate(
@@ -255,6 +267,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        grammar: Optional[Grammar] = None,
     ) -> Union[Completion, list[Completion]]:
         """Generates a continuation of ``prompt`` (text, or token ids), or of each prompt of a
         list of prompts (returning a list of completions, each the same as generating that
@@ -272,6 +285,12 @@ class Model:
         With ``logprobs=N`` (N >= 0) the completion's ``steps`` report, for every token, its
         log-probability, the entropy and removed mass of the distribution it was drawn from,
         and the N most probable alternatives (see :class:`StepInfo`).
+
+        With a :class:`Grammar`, the text follows it: each step chooses among the tokens the
+        grammar allows there (the restriction of the distribution, before temperature and
+        truncation), and the end-of-sequence token only where the text is complete. A
+        generation stopped by ``max_tokens`` (``finish_reason == "length"``) or by a stop
+        string may be incomplete.
         """
         _args.prompt(prompt, "prompt", self.config.vocab_size, batch=True)
         batch = _is_batch(prompt)
@@ -281,7 +300,7 @@ class Model:
         try:
             for ids in prompts:
                 requests.append(self._submit(ids, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                             stop_token_ids=stop_token_ids, logprobs=logprobs))
+                                             stop_token_ids=stop_token_ids, logprobs=logprobs, grammar=grammar))
             completions = [r.result() for r in requests]
         finally:
             for r in requests:
@@ -298,6 +317,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        grammar: Optional[Grammar] = None,
     ) -> Request:
         """Queues a generation on the model's batch engine and returns at once with its
         :class:`Request` (iterate it for chunks, or call ``result()``; in asyncio, ``async
@@ -309,7 +329,7 @@ class Model:
         """
         _args.prompt(prompt, "prompt", self.config.vocab_size)
         return self._submit(self._prompt_ids(prompt, special), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                            stop_token_ids=stop_token_ids, logprobs=logprobs)
+                            stop_token_ids=stop_token_ids, logprobs=logprobs, grammar=grammar)
 
     def _submit(
         self,
@@ -320,11 +340,12 @@ class Model:
         stop: Union[str, Sequence[str]],
         stop_token_ids: Sequence[int],
         logprobs: Optional[int] = None,
+        grammar: Optional[Grammar] = None,
     ) -> Request:
         chosen, steps = _step_sampler(sampler, logprobs)
         core = _core.submit(
             self._engine, ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
-            stop=_stop_list(stop), steps=steps,
+            stop=_stop_list(stop), steps=steps, grammar=_grammar_spec(grammar),
         )
         return Request(core, ids, self._dispatcher)
 
@@ -362,12 +383,13 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        grammar: Optional[Grammar] = None,
     ) -> Iterator[Chunk]:
         """Like :meth:`generate` for one prompt, but yields :class:`Chunk` s as tokens are
         generated: the text deltas (always whole UTF-8 characters), the token ids, and the
         finish reason on the last chunk. Arguments are checked when this is called."""
         return _request_chunks(self.submit(prompt, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                           stop_token_ids=stop_token_ids, special=special))
+                                           stop_token_ids=stop_token_ids, special=special, grammar=grammar))
 
     @property
     def chat_template(self) -> Optional[str]:
@@ -420,12 +442,13 @@ class Model:
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
+        grammar: Optional[Grammar] = None,
     ) -> Completion:
         """The assistant's reply to ``messages``: the chat rendered by
         :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
         reply's text leaves out the end-of-turn token."""
         return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                             stop_token_ids=stop_token_ids)
+                             stop_token_ids=stop_token_ids, grammar=grammar)
 
     def chat_stream(
         self,
@@ -436,10 +459,11 @@ class Model:
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
+        grammar: Optional[Grammar] = None,
     ) -> Iterator[Chunk]:
         """:meth:`chat`, streamed as :meth:`stream` does."""
         return self.stream(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                           stop_token_ids=stop_token_ids)
+                           stop_token_ids=stop_token_ids, grammar=grammar)
 
 
 class Session:
@@ -526,6 +550,7 @@ class Session:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        grammar: Optional[Grammar] = None,
     ) -> Completion:
         """:meth:`Model.generate` for one prompt, on this session's cache: ``prompt`` is the
         whole context; the prefix it shares with :attr:`tokens` is reused and only the rest is
@@ -541,7 +566,7 @@ class Session:
         chosen, with_steps = _step_sampler(sampler, logprobs)
         out_ids, text, reason, lps, steps = self._core.generate(
             ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
-            stop=_stop_list(stop), steps=with_steps,
+            stop=_stop_list(stop), steps=with_steps, grammar=_grammar_spec(grammar),
         )
         infos = [StepInfo._from_core(s) for s in steps]
         return Completion(text, out_ids, reason, ids, lps, infos)
@@ -555,6 +580,7 @@ class Session:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        grammar: Optional[Grammar] = None,
     ) -> Iterator[Chunk]:
         """:meth:`generate` on this session, yielding :class:`Chunk` s as :meth:`Model.stream`
         does (the same chunks as a fresh stream of the same prompt). The session is busy (its
@@ -564,6 +590,7 @@ class Session:
         core = self._core.stream(
             self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
             sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
+            grammar=_grammar_spec(grammar),
         )
         return _chunks(core)
 

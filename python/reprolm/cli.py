@@ -22,6 +22,7 @@ from ._progress import ProgressBar
 from ._quantize import SAMPLE_TEXT, convert, quantize
 from ._tokenizer import Tokenizer
 from .errors import ContextOverflowError, ReprolmError
+from .grammar import Grammar
 from .sampling import Sampler
 
 _BENCH_TEXT = (
@@ -57,11 +58,24 @@ def _sampler(args: argparse.Namespace) -> Sampler:
                    min_p=given("min_p", 0.0), seed=int(given("seed", 0)))
 
 
+def _grammar(args: argparse.Namespace) -> Optional[Grammar]:
+    """The grammar of --json-schema FILE, --regex PATTERN or --lark FILE (checked before the
+    model is loaded), or None."""
+    if args.json_schema is not None:
+        return Grammar.json_schema(Path(args.json_schema).read_text(encoding="utf-8"))
+    if args.regex is not None:
+        return Grammar.regex(args.regex)
+    if args.lark is not None:
+        return Grammar.lark(Path(args.lark).read_text(encoding="utf-8"))
+    return None
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     sampler = _sampler(args)
+    grammar = _grammar(args)
     model = _load(args)
     out = sys.stdout
-    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop)
+    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop, grammar=grammar)
     if args.echo:
         out.write(args.prompt)
     reason = None
@@ -86,12 +100,14 @@ def _read_line(prompt: str, interactive: bool) -> Optional[str]:
     return None if line == "" else line.rstrip("\n")
 
 
-def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampler: Sampler, out: TextIO) -> str:
-    """Streams the assistant's reply to ``history``; drops the oldest turns if the
-    conversation no longer fits the context. Returns the reply text (partial if interrupted)."""
+def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampler: Sampler, out: TextIO,
+           grammar: Optional[Grammar] = None) -> str:
+    """Streams the assistant's reply to ``history`` (following ``grammar``, if given); drops the
+    oldest turns if the conversation no longer fits the context. Returns the reply text
+    (partial if interrupted)."""
     while True:
         try:
-            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler)
+            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler, grammar=grammar)
             break
         except ContextOverflowError:
             first = 1 if history and history[0].get("role") == "system" else 0
@@ -114,6 +130,7 @@ def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampl
 
 def _cmd_chat(args: argparse.Namespace) -> int:
     sampler = _sampler(args)
+    grammar = _grammar(args)
     model = _load(args)
     interactive = sys.stdin.isatty()
     if model.chat_template is None and interactive:
@@ -134,7 +151,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        reply = _reply(model, history, args, sampler, sys.stdout)
+        reply = _reply(model, history, args, sampler, sys.stdout, grammar)
         history.append({"role": "assistant", "content": reply})
 
 
@@ -290,11 +307,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="drop tokens less probable than P x the top one, 0 <= P <= 1 (default 0 = off)")
         p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default 0)")
 
+    def add_grammar_options(p: argparse.ArgumentParser) -> None:
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--json-schema", metavar="FILE",
+                           help="the output is one JSON value valid under the JSON Schema in FILE")
+        group.add_argument("--regex", metavar="PATTERN", help="the output matches PATTERN as a whole")
+        group.add_argument("--lark", metavar="FILE", help="the output follows the Lark grammar in FILE")
+
     g = sub.add_parser("generate", help="continue a prompt, streaming the text",
                        description="Continue PROMPT, printing the text as it is generated.")
     g.add_argument("prompt", help="the prompt text (special-token strings such as <|im_start|> are parsed)")
     add_model_options(g)
     add_sampling_options(g, 128)
+    add_grammar_options(g)
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop before this text (repeatable)")
     g.add_argument("--no-echo", dest="echo", action="store_false", help="do not print the prompt first")
@@ -308,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "one message per line when stdin is not a terminal.")
     add_model_options(c)
     add_sampling_options(c, 512)
+    add_grammar_options(c)
     c.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
     c.set_defaults(run=_cmd_chat)
 

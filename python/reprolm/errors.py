@@ -27,6 +27,7 @@ __all__ = [
     "StateVersionError",
     "StateModelMismatchError",
     "ChatTemplateError",
+    "GrammarError",
     "ModelDownloadError",
     "RequestCancelledError",
     "EngineOverloadedError",
@@ -102,6 +103,13 @@ class StateModelMismatchError(SessionStateError):
 class ChatTemplateError(ReprolmError, ValueError):
     """A chat template is missing (the model has none and none was given), malformed, or
     refused the messages (its ``raise_exception``); the message says which."""
+
+
+class GrammarError(InvalidInputError):
+    """A grammar for constrained decoding (:class:`reprolm.Grammar`) that cannot be used: an
+    invalid JSON Schema, an unsupported keyword, a regular expression or Lark syntax error, or
+    a grammar that no token of the model's vocabulary can start. Raised before any token is
+    generated; the message names the problem."""
 
 
 class ModelDownloadError(ReprolmError):

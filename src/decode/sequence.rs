@@ -9,6 +9,10 @@
 //! draw `uniform(seed, t)` from the logits after prompt + generated ids, so a sequence's
 //! tokens depend only on its own request and logits, never on the driver.
 //!
+//! With a [`Grammar`], step t first asks the sequence's [`GrammarState`] for the allowed set S,
+//! the sampler restricts the logits to S (with the allowed/banned masks, before temperature
+//! and truncation: proposition 5.2), and the chosen token is fed back to the grammar.
+//!
 //! Text is produced incrementally and is always valid UTF-8:
 //! - the [`StreamDecoder`] holds back the bytes of a character split across tokens until it is
 //!   complete;
@@ -22,6 +26,7 @@
 //! without the ending token, cut at the first stop string.
 
 use crate::error::{Error, Result};
+use crate::grammar::{Grammar, GrammarState};
 use crate::sampling::{Sampler, SamplerConfig, Selection};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
@@ -61,12 +66,14 @@ impl Finish {
     }
 }
 
-/// A generation request, validated once: the prompt, the sampler and the stop conditions.
+/// A generation request, validated once: the prompt, the sampler, the stop conditions and the
+/// grammar the text must follow (if any).
 #[derive(Clone, Debug)]
 pub struct Request {
     pub prompt: Vec<u32>,
     pub sampler: Sampler,
     pub stop: StopConditions,
+    pub grammar: Option<Grammar>,
 }
 
 impl Request {
@@ -96,7 +103,21 @@ impl Request {
         if stop.stop_strings.iter().any(String::is_empty) {
             return Err(Error::invalid_argument("stop", "stop strings must not be empty"));
         }
-        Ok(Request { prompt, sampler, stop })
+        Ok(Request { prompt, sampler, stop, grammar: None })
+    }
+
+    /// The request with its text constrained by `grammar` (compiled for the same vocabulary).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a grammar compiled for another vocabulary.
+    pub fn with_grammar(self, grammar: Grammar) -> Result<Request> {
+        if grammar.vocab_size() != self.sampler.vocab_size() {
+            return Err(Error::invalid_argument(
+                "grammar",
+                format!("compiled for {} tokens but the model has {}", grammar.vocab_size(), self.sampler.vocab_size()),
+            ));
+        }
+        Ok(Request { grammar: Some(grammar), ..self })
     }
 
     /// Positions a cache needs to run the whole request: prompt plus `max_tokens`.
@@ -121,6 +142,8 @@ pub struct Step {
 #[derive(Debug)]
 pub struct SequenceDecoder {
     sampler: Sampler,
+    /// The grammar's state after the generated ids, when the request has a grammar.
+    grammar: Option<GrammarState>,
     /// Prompt then generated ids.
     context: Vec<u32>,
     n_prompt: usize,
@@ -134,9 +157,10 @@ pub struct SequenceDecoder {
 impl SequenceDecoder {
     /// Starts decoding `request` for a model whose end-of-sequence token is `eos`.
     pub fn new(request: Request, eos: Option<u32>) -> SequenceDecoder {
-        let Request { prompt, sampler, stop } = request;
+        let Request { prompt, sampler, stop, grammar } = request;
         SequenceDecoder {
             sampler,
+            grammar: grammar.as_ref().map(Grammar::start),
             n_prompt: prompt.len(),
             context: prompt,
             text: StopText::new(stop.stop_strings.clone()),
@@ -170,15 +194,24 @@ impl SequenceDecoder {
     /// it with the text it made final (decoded with `tokenizer`; no text without one).
     ///
     /// # Errors
-    /// The sampler's errors (logits of the wrong length, NaN, nothing allowed), or
-    /// [`Error::InvalidArgument`] if generation has already finished.
+    /// The sampler's errors (logits of the wrong length, NaN, nothing allowed), the grammar's
+    /// ([`Error::Grammar`]), or [`Error::InvalidArgument`] if generation has already finished.
     pub fn accept(&mut self, logits: &[f32], tokenizer: Option<&Tokenizer>) -> Result<Step> {
         if self.finish.is_some() {
             return Err(Error::invalid_argument("logits", "generation has already finished"));
         }
         let t = self.generated().len() as u64;
-        let selection = self.sampler.sample(logits, &self.context, self.n_prompt, t)?;
+        let allowed = match &mut self.grammar {
+            Some(grammar) => Some(grammar.allowed()?),
+            None => None,
+        };
+        let selection = self.sampler.sample_restricted(logits, &self.context, self.n_prompt, t, allowed)?;
         let token = selection.token;
+        if let Some(grammar) = &mut self.grammar {
+            if Some(token) != self.eos {
+                grammar.accept(token)?;
+            }
+        }
         self.context.push(token);
         let end = if Some(token) == self.eos {
             Some(Finish::Eos)

@@ -7,6 +7,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
+use super::grammar::PyGrammarSpec;
 use super::request::request;
 use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
 use super::PyEngine;
@@ -88,7 +89,7 @@ impl PyRequest {
 
 /// Queues a generation request on `engine`'s batch engine (started on first use).
 #[pyfunction]
-#[pyo3(signature = (engine, ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false))]
+#[pyo3(signature = (engine, ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false, grammar=None))]
 #[allow(clippy::too_many_arguments)]
 fn submit(
     py: Python<'_>,
@@ -99,8 +100,9 @@ fn submit(
     stop_token_ids: Vec<i64>,
     stop: Vec<String>,
     steps: bool,
+    grammar: Option<PyRef<'_, PyGrammarSpec>>,
 ) -> PyResult<PyRequest> {
-    let request = request(&engine.engine, ids, max_tokens, sampler, stop_token_ids, stop)?;
+    let request = request(py, &engine.engine, ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref())?;
     let batch = engine.batch()?;
     let handle = py.detach(|| batch.submit(request)).py()?;
     Ok(PyRequest { handle, with_steps: steps })

@@ -28,6 +28,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::StateVersion { .. } => "StateVersionError",
         Error::StateModelMismatch(_) => "StateModelMismatchError",
         Error::ChatTemplate(_) => "ChatTemplateError",
+        Error::Grammar(_) => "GrammarError",
         Error::Cancelled => "RequestCancelledError",
         Error::QueueFull { .. } => "EngineOverloadedError",
         Error::EngineStopped(_) => "EngineStoppedError",

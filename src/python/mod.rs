@@ -5,6 +5,7 @@ mod batch;
 mod chat;
 mod decoding;
 mod errors;
+mod grammar;
 mod quantize;
 mod request;
 mod sampling;
@@ -324,6 +325,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quantize::register(m)?;
     decoding::register(m)?;
     tokenizer::register(m)?;
+    grammar::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -3,19 +3,24 @@
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
+use super::grammar::{compile, PyGrammarSpec};
 use super::sampling::{count, ids_in_vocab, PySamplerConfig};
 use crate::decode::{Request, StopConditions};
 use crate::engine::Engine;
 
 /// A validated request for `engine`'s model: token ids in the vocabulary, a non-empty prompt,
-/// `max_tokens >= 0`, valid sampler settings and stop conditions (the errors name the argument).
+/// `max_tokens >= 0`, valid sampler settings and stop conditions (the errors name the
+/// argument), and the grammar compiled for the model's vocabulary.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn request(
+    py: Python<'_>,
     engine: &Engine,
     ids: Vec<i64>,
     max_tokens: i64,
     sampler: &PySamplerConfig,
     stop_token_ids: Vec<i64>,
     stop: Vec<String>,
+    grammar: Option<&PyGrammarSpec>,
 ) -> PyResult<Request> {
     let vocab_size = engine.config().vocab_size;
     let build = || {
@@ -26,5 +31,9 @@ pub(super) fn request(
         };
         Request::new(ids_in_vocab(ids, vocab_size)?, sampler.config.clone(), stop, vocab_size)
     };
-    build().py()
+    let request = build().py()?;
+    match grammar {
+        Some(spec) => request.with_grammar(compile(py, engine, spec)?).py(),
+        None => Ok(request),
+    }
 }

@@ -7,6 +7,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
+use super::grammar::PyGrammarSpec;
 use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
 use super::stream::{step, PyStream};
 use super::request::request;
@@ -56,16 +57,19 @@ impl PySession {
 
     /// Validates a generation's arguments and takes the session out into its generator
     /// (putting it back if the generation cannot start).
+    #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
+        py: Python<'_>,
         ids: Vec<i64>,
         max_tokens: i64,
         sampler: &PySamplerConfig,
         stop_token_ids: Vec<i64>,
         stop: Vec<String>,
+        grammar: Option<&PyGrammarSpec>,
     ) -> PyResult<Generator> {
         let engine = self.get(|s| Arc::clone(s.engine()))?;
-        let request = request(&engine, ids, max_tokens, sampler, stop_token_ids, stop)?;
+        let request = request(py, &engine, ids, max_tokens, sampler, stop_token_ids, stop, grammar)?;
         Generator::try_new(self.take()?, request).map_err(|failed| {
             let (e, session) = *failed;
             self.put_back(session);
@@ -195,7 +199,7 @@ impl PySession {
     /// Generates from `ids` (the whole context), reusing the cached shared prefix, with the
     /// stop conditions of `Model.generate`: (ids, text, finish reason, ln q per id, per-step
     /// statistics if `steps`). Ctrl-C stops it between tokens; the session stays usable.
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false))]
+    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false, grammar=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -206,8 +210,9 @@ impl PySession {
         stop_token_ids: Vec<i64>,
         stop: Vec<String>,
         steps: bool,
+        grammar: Option<PyRef<'_, PyGrammarSpec>>,
     ) -> PyResult<Generated> {
-        let mut generator = self.start(ids, max_tokens, sampler, stop_token_ids, stop)?;
+        let mut generator = self.start(py, ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref())?;
         let (mut text, mut logprobs, mut stats) = (String::new(), Vec::new(), Vec::new());
         let result = loop {
             match step(py, &mut generator) {
@@ -232,7 +237,8 @@ impl PySession {
 
     /// `generate` as a stream of chunks (`Stream`); the session is busy until the stream has
     /// returned its last chunk, is closed or is dropped.
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop))]
+    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, grammar=None))]
+    #[allow(clippy::too_many_arguments)]
     fn stream(
         slf: &Bound<'_, Self>,
         ids: Vec<i64>,
@@ -240,8 +246,10 @@ impl PySession {
         sampler: &PySamplerConfig,
         stop_token_ids: Vec<i64>,
         stop: Vec<String>,
+        grammar: Option<PyRef<'_, PyGrammarSpec>>,
     ) -> PyResult<PyStream> {
-        let generator = slf.get().start(ids, max_tokens, sampler, stop_token_ids, stop)?;
+        let generator =
+            slf.get().start(slf.py(), ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref())?;
         Ok(PyStream::on_session(generator, slf.clone().unbind()))
     }
 }

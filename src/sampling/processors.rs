@@ -10,8 +10,9 @@
 //!    token with count c > 0;
 //! 3. logit bias: `z <- z + b`;
 //! 4. masks: tokens outside `allowed_token_ids` (when given) and in `banned_token_ids` get
-//!    `z = -inf`, so the softmax restricts p to the allowed set S: p_S, the conditional
-//!    distribution of proposition 5.2.
+//!    `z = -inf`, and so do the tokens outside the grammar's allowed set at this step (when
+//!    decoding with a grammar, [`restrict_to_bits`]), so the softmax restricts p to the
+//!    intersection S of the allowed sets: p_S, the conditional distribution of proposition 5.2.
 //!
 //! All arithmetic is f64, left to right as written above. These steps change the order of
 //! the logits, unlike temperature (remark 9.1).
@@ -111,6 +112,19 @@ impl Processors {
             }
         }
         overflow
+    }
+}
+
+/// Sets `z = -inf` for every token whose bit is clear in `allowed` (bit `id % 32` of word
+/// `id / 32`; words past the end of `allowed` are zero): the grammar's part of step 4.
+pub(crate) fn restrict_to_bits(z: &mut [f64], allowed: &[u32]) {
+    for (block, chunk) in z.chunks_mut(32).enumerate() {
+        let word = allowed.get(block).copied().unwrap_or(0);
+        for (bit, logit) in chunk.iter_mut().enumerate() {
+            if word >> bit & 1 == 0 {
+                *logit = f64::NEG_INFINITY;
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::sampling::config::SamplerConfig;
-use crate::sampling::processors::Processors;
+use crate::sampling::processors::{restrict_to_bits, Processors};
 use crate::sampling::rng::uniform;
 use crate::sampling::select::{argmax, inverse_cdf, inverse_cdf_dense};
 use crate::sampling::softmax::{check_logits, softmax_into, Normalization};
@@ -77,8 +77,22 @@ impl Sampler {
     /// is the context so far (prompt then generated ids), of which the first `n_prompt` are the
     /// prompt; the penalties read it.
     pub fn distribution(&mut self, logits: &[f32], history: &[u32], n_prompt: usize) -> Result<Vec<f64>> {
+        self.distribution_restricted(logits, history, n_prompt, None)
+    }
+
+    /// [`Sampler::distribution`] with the choice further restricted to the tokens whose bit is
+    /// set in `allowed` (bit `id % 32` of word `id / 32`), as a grammar restricts it: the mask
+    /// joins the allowed/banned masks in the first stage, so everything after it acts on the
+    /// restricted distribution.
+    pub fn distribution_restricted(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        n_prompt: usize,
+        allowed: Option<&[u32]>,
+    ) -> Result<Vec<f64>> {
         let mut q = vec![0.0; self.vocab_size()];
-        match self.run(logits, history, n_prompt)? {
+        match self.run(logits, history, n_prompt, allowed)? {
             Pipeline::Greedy(token) => q[token as usize] = 1.0,
             Pipeline::Sampled { kept, .. } => {
                 restrict_into(&mut q, self.truncation.survivors(&self.probs, &kept).iter(), &kept.normalizer)
@@ -94,7 +108,19 @@ impl Sampler {
     /// exponent the softmax used, instead of one logarithm per token (it agrees with
     /// [`entropy`](crate::sampling::entropy) of q to about 1e-15).
     pub fn sample(&mut self, logits: &[f32], history: &[u32], n_prompt: usize, step: u64) -> Result<Selection> {
-        let (kept, normalization) = match self.run(logits, history, n_prompt)? {
+        self.sample_restricted(logits, history, n_prompt, step, None)
+    }
+
+    /// [`Sampler::sample`] restricted to `allowed` as in [`Sampler::distribution_restricted`].
+    pub fn sample_restricted(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        n_prompt: usize,
+        step: u64,
+        allowed: Option<&[u32]>,
+    ) -> Result<Selection> {
+        let (kept, normalization) = match self.run(logits, history, n_prompt, allowed)? {
             Pipeline::Greedy(token) => {
                 let alternatives = if self.config.top_logprobs > 0 { vec![(token, 0.0)] } else { Vec::new() };
                 return Ok(Selection { token, logprob: 0.0, entropy: 0.0, removed_mass: 0.0, alternatives });
@@ -130,7 +156,7 @@ impl Sampler {
     }
 
     /// Checks the inputs and runs every stage up to selection.
-    fn run(&mut self, logits: &[f32], history: &[u32], n_prompt: usize) -> Result<Pipeline> {
+    fn run(&mut self, logits: &[f32], history: &[u32], n_prompt: usize, allowed: Option<&[u32]>) -> Result<Pipeline> {
         let vocab_size = self.vocab_size();
         if logits.len() != vocab_size {
             return Err(Error::invalid_argument(
@@ -158,6 +184,9 @@ impl Sampler {
                      repetition_penalty, frequency_penalty, presence_penalty or logit_bias is too extreme"
                 ),
             ));
+        }
+        if let Some(allowed) = allowed {
+            restrict_to_bits(&mut self.logits, allowed);
         }
         if self.logits.iter().all(|&v| v == f64::NEG_INFINITY) {
             return Err(Error::invalid_argument(

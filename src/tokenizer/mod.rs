@@ -201,6 +201,20 @@ impl Tokenizer {
     /// # Errors
     /// As [`encode`](Self::encode).
     pub fn encode_with(&self, text: &str, special: bool, add_special: bool) -> Result<Vec<u32>> {
+        self.encode_parts(text, special, add_special, true)
+    }
+
+    /// Tokens whose bytes are exactly `text`'s: no BOS/EOS, no SentencePiece space prefix,
+    /// special-token text as plain text (a piece of a longer text, such as one a grammar
+    /// forces).
+    ///
+    /// # Errors
+    /// As [`encode`](Self::encode).
+    pub fn encode_fragment(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_parts(text, false, false, false)
+    }
+
+    fn encode_parts(&self, text: &str, special: bool, add_special: bool, space_prefix: bool) -> Result<Vec<u32>> {
         let mut ids = Vec::new();
         if add_special {
             ids.extend(self.bos_to_add);
@@ -222,7 +236,7 @@ impl Tokenizer {
                     match fragment {
                         Fragment::Text(range) => {
                             run.clear();
-                            if *add_space_prefix && after_special {
+                            if space_prefix && *add_space_prefix && after_special {
                                 run.push(spm::SPACE_MARKER);
                             }
                             run.extend(text[range].chars().map(|c| if c == ' ' { spm::SPACE_MARKER } else { c }));

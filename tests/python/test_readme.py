@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,9 @@ def run_block(marker: str) -> tuple[dict[str, Any], str]:
 
 
 def test_the_blocks_are_found() -> None:
-    assert len(BLOCKS) == 8
+    assert len(BLOCKS) == 9
     for marker in ["Hello world", "Write a haiku", "model.submit", "model.chat(messages", "reprolm.ray.generate",
-                   "logit_bias", "CallableModel", "running(config)"]:
+                   "logit_bias", "CallableModel", "running(config)", "Grammar.json_schema(person)"]:
         assert sum(marker in b for b in BLOCKS) == 1, marker
 
 
@@ -93,6 +94,17 @@ def test_sampling_and_toy_models(marker: str) -> None:
     if marker == "logit_bias":
         out = ns["out"]
         assert len(out.steps) == len(out.token_ids) and all(1 <= len(s.alternatives) <= 3 for s in out.steps)
+
+
+def test_constrained_decoding() -> None:
+    ns, printed = run_block("Grammar.json_schema(person)")
+    lines = printed.splitlines()
+    block = next(b for b in BLOCKS if "Grammar.json_schema(person)" in b)
+    # Each comment shows what its line prints.
+    assert lines == ['{"name": "John", "age": 30} eos', "2022-01-01", "positive", "4 + 2 = 6"]
+    for line in lines:
+        assert f"# {line}" in block, line
+    assert json.loads(ns["out"].text) == {"name": "John", "age": 30}
 
 
 def test_ray_example(model: reprolm.Model) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from _serving import API_KEY, ServerProcess
@@ -193,6 +194,25 @@ def test_logit_bias_and_extras(client: openai.OpenAI, model_id: str, model: repr
     assert out.choices[0].text == model.generate(prompt, max_tokens=8, sampler=sampler).text
 
 
+def test_response_format_is_the_json_schema_grammar(client: openai.OpenAI, model_id: str, model: reprolm.Model) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "country": {"type": "string", "maxLength": 20}},
+              "required": ["city", "country"], "additionalProperties": False}
+    out = client.chat.completions.create(
+        model=model_id, messages=QUESTION, max_tokens=40, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}})
+    text = out.choices[0].message.content
+    assert out.choices[0].finish_reason == "stop" and text is not None
+    jsonschema.validate(json.loads(text), schema)
+    assert text == model.chat(QUESTION, max_tokens=40, grammar=reprolm.Grammar.json_schema(schema)).text
+    anything = client.completions.create(model=model_id, prompt="A JSON object:", max_tokens=40, temperature=0,
+                                         extra_body={"response_format": {"type": "json_object"}})
+    if anything.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(anything.choices[0].text), dict)
+    else:
+        assert anything.choices[0].text.startswith("{")
+
+
 def test_tokenize_and_detokenize(server: ServerProcess, model: reprolm.Model) -> None:
     with server.client() as http:
         ids = http.post("/tokenize", json={"content": "Hello <|im_end|> world"}).json()["tokens"]
@@ -276,8 +296,13 @@ BAD_REQUESTS: list[tuple[str, str, bytes, int, Any]] = [
     ("seed past 2**64", "/v1/completions", _with(COMPLETION, seed=2**70), 400, "seed"),
     ("stream as a string", "/v1/completions", _with(COMPLETION, stream="yes"), 400, "stream"),
     ("misspelt field", "/v1/completions", _with(COMPLETION, temprature=0.5), 400, "temprature"),
-    ("response_format json_object", "/v1/chat/completions",
-     _with(CHAT, response_format={"type": "json_object"}), 400, "response_format"),
+    ("response_format xml", "/v1/chat/completions",
+     _with(CHAT, response_format={"type": "xml"}), 400, "response_format"),
+    ("response_format without a schema object", "/v1/chat/completions",
+     _with(CHAT, response_format={"type": "json_schema", "json_schema": "{}"}), 400, "response_format"),
+    ("response_format invalid schema", "/v1/completions",
+     _with(COMPLETION, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}),
+     400, "response_format"),
     ("tools", "/v1/chat/completions", _with(CHAT, tools=[{"type": "function"}]), 400, "tools"),
     ("detokenize out of range", "/detokenize", json.dumps({"tokens": [10**9]}).encode(), 400, "tokens"),
     ("oversize body", "/v1/completions", _with(COMPLETION, prompt="x" * (3 * 1024 * 1024)), 413, None),
@@ -308,8 +333,8 @@ def test_server_keeps_serving_after_bad_requests(server: ServerProcess, client: 
     assert "temperature" in str(e.value)
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model_id, messages=QUESTION, max_tokens=2,
-                                       response_format={"type": "json_object"})
-    assert "not supported yet" in str(e.value)
+                                       response_format={"type": "xml"})  # type: ignore[typeddict-item]
+    assert "not supported" in str(e.value)
     out = client.completions.create(model=model_id, prompt="Hello", max_tokens=2, temperature=0)
     assert out.choices[0].finish_reason == "length"
     assert httpx.get(f"{server.url}/health").status_code == 200

@@ -33,6 +33,7 @@ from .. import errors
 from .._core import __version__
 from .._decoding import StepInfo
 from .._model import EngineStats, Model, Precision
+from ..grammar import Grammar
 from .._request import Request
 from .._results import Chunk
 from ..sampling import Sampler
@@ -243,7 +244,7 @@ class _Server:
     def submit(
         self, model: Model, prompts: Sequence[list[int]], samplers: Sequence[Sampler], *, n: int,
         max_tokens: Sequence[int], stop: list[str], logprobs: Optional[int], prompt_param: str,
-        prefixes: Sequence[str],
+        prefixes: Sequence[str], grammar: Optional[Grammar] = None,
     ) -> list[_Choice]:
         """Submits choice ``i`` of every prompt (with ``samplers[i]``): ``len(prompts) * n``
         sequences, all or none."""
@@ -253,7 +254,7 @@ class _Server:
             for p, ids in enumerate(prompts):
                 for i in range(n):
                     request = model.submit(ids, max_tokens=max_tokens[p], sampler=samplers[i], stop=stop,
-                                           logprobs=logprobs)
+                                           logprobs=logprobs, grammar=grammar)
                     choices.append(_Choice(p * n + i, p, request, prefixes[p]))
         except BaseException as e:
             for c in choices:
@@ -362,6 +363,8 @@ def _engine_error(e: errors.ReprolmError, prompt_param: str) -> ApiError:
         return ApiError(400, f"invalid value for '{prompt_param}': {e}", param=prompt_param, code="invalid_value")
     if isinstance(e, errors.EngineStoppedError):
         return ApiError(503, f"the engine stopped: {e}", code="engine_stopped")
+    if isinstance(e, errors.GrammarError):
+        return ApiError(400, f"invalid value for 'response_format': {e}", param="response_format", code="invalid_value")
     if isinstance(e, (errors.InvalidInputError, errors.ChatTemplateError)):
         return ApiError(400, str(e), code="invalid_value")
     return ApiError(500, f"{type(e).__name__}: {e}", code="internal_error")
@@ -373,6 +376,20 @@ def _engine_error(e: errors.ReprolmError, prompt_param: str) -> ApiError:
 def _seed(seed: Optional[int], i: int) -> int:
     """Choice i samples with ``(seed + i) mod 2**64`` (seed 0 when not given)."""
     return ((seed or 0) + i) % _SEED_MODULUS
+
+
+def _grammar(body: Union[CompletionBody, ChatBody]) -> Optional[Grammar]:
+    """The grammar of ``response_format``: none for text, any JSON object for
+    ``json_object``, the given schema for ``json_schema``."""
+    fmt = body.response_format
+    if fmt is None or fmt["type"] == "text":
+        return None
+    schema = {"type": "object"} if fmt["type"] == "json_object" else fmt["json_schema"].get("schema", {})
+    try:
+        return Grammar.json_schema(schema)
+    except errors.GrammarError as e:
+        raise ApiError(400, f"invalid value for 'response_format': {e}", param="response_format",
+                       code="invalid_value") from None
 
 
 def _samplers(body: Union[CompletionBody, ChatBody], vocab_size: int) -> list[Sampler]:
@@ -642,7 +659,8 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         samplers = _samplers(body, model.config.vocab_size)
         prefixes = texts if body.echo else ["" for _ in texts]
         choices = server.submit(model, prompts, samplers, n=body.n, max_tokens=limits, stop=_stops(body.stop),
-                                logprobs=body.logprobs, prompt_param="prompt", prefixes=prefixes)
+                                logprobs=body.logprobs, prompt_param="prompt", prefixes=prefixes,
+                                grammar=_grammar(body))
         rid = f"cmpl-{uuid.uuid4().hex}"
         head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": config.model_id,
                 "system_fingerprint": server.fingerprint}
@@ -688,7 +706,7 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         samplers = _samplers(body, model.config.vocab_size)
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         choices = server.submit(model, [ids], samplers, n=body.n, max_tokens=[limit], stop=_stops(body.stop),
-                                logprobs=logprobs, prompt_param="messages", prefixes=[""])
+                                logprobs=logprobs, prompt_param="messages", prefixes=[""], grammar=_grammar(body))
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         head = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": config.model_id,
                 "system_fingerprint": server.fingerprint}

@@ -85,10 +85,17 @@ class _Sampling(_Body):
     @field_validator("response_format")
     @classmethod
     def _response_format(cls, v: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
-        if v is None or v.get("type") == "text":
+        """``{"type": "text"}``, ``{"type": "json_object"}`` (any JSON object) or
+        ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``; the schema
+        itself is checked when the grammar is made (``_app._grammar``)."""
+        if v is None or v.get("type") in ("text", "json_object"):
             return v
-        raise ValueError(f"type {v.get('type')!r} is not supported yet: constrained decoding (json_object, "
-                         "json_schema) has not landed in reprolm; only {\"type\": \"text\"} is accepted")
+        if v.get("type") == "json_schema":
+            spec = v.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
+                raise ValueError("'json_schema' must be an object holding the JSON Schema under 'schema'")
+            return v
+        raise ValueError(f"type {v.get('type')!r} is not supported: use 'text', 'json_object' or 'json_schema'")
 
 
 class CompletionBody(_Sampling):
