@@ -9,6 +9,7 @@ mod quantize;
 mod request;
 mod sampling;
 mod session;
+mod speculative;
 mod stream;
 
 use std::sync::{Arc, Mutex};
@@ -322,6 +323,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     chat::register(m)?;
     quantize::register(m)?;
     decoding::register(m)?;
+    speculative::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
