@@ -40,6 +40,7 @@ from .errors import (
     UnsupportedError,
 )
 from .sampling import Sampler
+from .speculative import SpeculationStats, Speculative
 
 __all__ = [
     "Model",
@@ -57,6 +58,8 @@ __all__ = [
     "ModelConfig",
     "Sampler",
     "sampling",
+    "Speculative",
+    "SpeculationStats",
     "default_model_path",
     "cache_dir",
     "inspect",

@@ -22,6 +22,7 @@ from ._progress import ProgressBar
 from ._quantize import SAMPLE_TEXT, convert, quantize
 from .errors import ContextOverflowError, ReprolmError
 from .sampling import Sampler
+from .speculative import SpeculationStats, Speculative
 
 _BENCH_TEXT = (
     "The quick brown fox jumps over the lazy dog. Reproducible inference computes every "
@@ -56,21 +57,51 @@ def _sampler(args: argparse.Namespace) -> Sampler:
                    min_p=given("min_p", 0.0), seed=int(given("seed", 0)))
 
 
+def _speculative(args: argparse.Namespace) -> Optional[Speculative]:
+    """The speculative decoding of --speculative (lookup, or a draft model's path) and
+    --draft-tokens, or None."""
+    if args.speculative is None:
+        if args.draft_tokens is not None:
+            raise ValueError("--draft-tokens needs --speculative")
+        return None
+    k = 8 if args.draft_tokens is None else args.draft_tokens
+    if args.speculative == "lookup":
+        return Speculative("lookup", draft_tokens=k)
+    path = Path(args.speculative)
+    if not path.exists():
+        raise FileNotFoundError(f"no such draft model: {path} (--speculative takes 'lookup' or a GGUF file)")
+    return Speculative(Model.load(path, threads=args.threads, precision=args.draft_precision), draft_tokens=k)
+
+
+def _report_speculation(stats: Optional[SpeculationStats], n_tokens: int) -> None:
+    if stats is not None:
+        print(f"[speculative: {stats.drafted} drafted, {stats.accepted} accepted "
+              f"(acceptance rate {stats.acceptance_rate:.1%}, mean accepted length {stats.mean_accepted_length:.2f}); "
+              f"{n_tokens} tokens in {stats.passes} passes]", file=sys.stderr)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     sampler = _sampler(args)
     model = _load(args)
+    speculative = _speculative(args)
     out = sys.stdout
-    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop)
+    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop,
+                          speculative=speculative)
     if args.echo:
         out.write(args.prompt)
     reason = None
+    n_tokens = 0
+    stats = None
     for chunk in chunks:
         out.write(chunk.text)
         out.flush()
         reason = chunk.finish_reason
+        n_tokens += len(chunk.token_ids)
+        stats = chunk.speculation or stats
     out.write("\n")
     if args.verbose:
         print(f"[finish_reason: {reason}]", file=sys.stderr)
+    _report_speculation(stats, n_tokens)
     return 0
 
 
@@ -85,12 +116,13 @@ def _read_line(prompt: str, interactive: bool) -> Optional[str]:
     return None if line == "" else line.rstrip("\n")
 
 
-def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampler: Sampler, out: TextIO) -> str:
+def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampler: Sampler, out: TextIO,
+           speculative: Optional[Speculative] = None) -> str:
     """Streams the assistant's reply to ``history``; drops the oldest turns if the
     conversation no longer fits the context. Returns the reply text (partial if interrupted)."""
     while True:
         try:
-            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler)
+            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler, speculative=speculative)
             break
         except ContextOverflowError:
             first = 1 if history and history[0].get("role") == "system" else 0
@@ -99,21 +131,27 @@ def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampl
             del history[first:first + 2]
             print("reprolm: the conversation outgrew the context; dropped the oldest turn", file=sys.stderr)
     parts: list[str] = []
+    n_tokens = 0
+    stats = None
     try:
         for chunk in chunks:
             out.write(chunk.text)
             out.flush()
             parts.append(chunk.text)
+            n_tokens += len(chunk.token_ids)
+            stats = chunk.speculation or stats
     except KeyboardInterrupt:
         print("\n[interrupted]", file=sys.stderr)
     out.write("\n")
     out.flush()
+    _report_speculation(stats, n_tokens)
     return "".join(parts)
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
     sampler = _sampler(args)
     model = _load(args)
+    speculative = _speculative(args)
     interactive = sys.stdin.isatty()
     if model.chat_template is None and interactive:
         print("reprolm: this model has no chat template", file=sys.stderr)
@@ -133,7 +171,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        reply = _reply(model, history, args, sampler, sys.stdout)
+        reply = _reply(model, history, args, sampler, sys.stdout, speculative)
         history.append({"role": "assistant", "content": reply})
 
 
@@ -276,6 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--min-p", type=float, default=None, metavar="P",
                        help="drop tokens less probable than P x the top one, 0 <= P <= 1 (default 0 = off)")
         p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default 0)")
+        p.add_argument("--speculative", default=None, metavar="lookup|MODEL",
+                       help="speculative decoding: 'lookup' (prompt lookup) or a draft GGUF file with the same "
+                            "vocabulary; the same text (greedy), fewer passes. Prints the acceptance to stderr")
+        p.add_argument("--draft-tokens", type=int, default=None, metavar="K",
+                       help="most tokens drafted per pass (default 8; adapts to the acceptance)")
+        p.add_argument("--draft-precision", choices=["float32", "int8"], default="int8",
+                       help="matmul arithmetic of a draft model (default int8)")
 
     g = sub.add_parser("generate", help="continue a prompt, streaming the text",
                        description="Continue PROMPT, printing the text as it is generated.")

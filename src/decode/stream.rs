@@ -97,7 +97,12 @@ impl Generator {
 
     fn advance(&mut self) -> Result<Step> {
         if let Some((speculation, queued)) = &mut self.speculation {
-            return queued.next(speculation, &mut self.seq, &mut self.session, Some(&self.engine.tokenizer));
+            let step = queued.next(speculation, &mut self.seq, &mut self.session, Some(&self.engine.tokenizer))?;
+            if queued.is_empty() && self.seq.finish().is_some() {
+                // Drafts fed after the last token are not part of the sequence.
+                self.session.truncate(self.seq.context().len() - 1);
+            }
+            return Ok(step);
         }
         let logits = self.session.next_logits(self.seq.context())?;
         self.seq.accept(logits, Some(&self.engine.tokenizer))
@@ -113,8 +118,13 @@ impl Generator {
         self.seq.finish()
     }
 
-    /// The session, to reuse its cache for another prompt.
-    pub fn into_session(self) -> Session {
+    /// The session, to reuse its cache for another prompt. It holds the context of the steps
+    /// handed out so far but their last token (with speculation: not the drafts fed beyond).
+    pub fn into_session(mut self) -> Session {
+        if let Some((_, queued)) = &self.speculation {
+            let handed_out = self.seq.context().len() - queued.len();
+            self.session.truncate(handed_out - 1);
+        }
         self.session
     }
 }

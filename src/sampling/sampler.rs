@@ -140,7 +140,7 @@ impl Sampler {
         drafted: u32,
         r: &[f64],
     ) -> Result<Selection> {
-        if r.len() != self.vocab_size() || drafted as usize >= r.len() || !(r[drafted as usize] > 0.0) {
+        if r.len() != self.vocab_size() || r.get(drafted as usize).is_none_or(|&p| p.is_nan() || p <= 0.0) {
             return Err(Error::invalid_argument(
                 "draft",
                 format!("a drafted token must have positive probability in a distribution over {} tokens", self.vocab_size()),

@@ -203,6 +203,11 @@ impl Queued {
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// How many.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// [`crate::decode::generate`] with speculation: the same ids, finish and steps as plain
