@@ -31,6 +31,8 @@ __all__ = [
     "quantize_row",
     "CallableModel",
     "engine_beam_search",
+    "Speculative",
+    "solo_session",
     "__version__",
 ]
 
