@@ -78,6 +78,13 @@ def summarize(records):
     return {"count": count, "total": total, "mean": mean, "best": best}
 
 
+def count_by_label(records):
+    counts = {}
+    for record in records:
+        counts[record["label"]] = counts.get(record["label"], 0) + 1
+    return counts
+
+
 def save_summary(summary, path):
     Path(path).write_text(json.dumps(summary, indent=2))
 
