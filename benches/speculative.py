@@ -10,7 +10,8 @@
 
 For every row: decode tokens/s of plain decoding and of speculative decoding (generated tokens
 over the wall time of ``Session.generate`` after the prompt but its last token was prefilled
-untimed, best of ``--repeats``), the speed-up, the
+untimed; a draft model's own prompt processing is measured apart and subtracted; best of
+``--repeats``), the tokens each generated, the speed-up, the
 acceptance (accepted / drafted, mean accepted drafts per pass) and whether the output is the
 plain output (greedy: always; sampled with lookup: always, the drafts are point masses; sampled
 with a draft model: the same distribution, other tokens).
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -117,19 +118,28 @@ GENERAL = {
 }
 
 
-def timed(model: Model, prompt: str, max_tokens: int, sampler: Sampler, speculative: Any,
+def timed(model: Model, prompt: str, max_tokens: int, sampler: Sampler, speculative: Optional[Speculative],
           repeats: int) -> tuple[float, reprolm.Completion]:
     """Best decode tokens/s over ``repeats`` runs, and the completion. Each run prefills all
     of the prompt but its last token on a fresh session first (not timed, the same for both
-    ways), then times ``Session.generate``, which computes the last prompt token and decodes."""
+    ways), then times ``Session.generate``, which computes the last prompt token and decodes.
+    A draft model processes the prompt inside that call (its own cache starts empty): the time
+    of that prefill, measured apart on a fresh session of the drafter, is subtracted."""
     ids = model.tokenize(prompt, special=True)
     best, completion = 0.0, None
     for _ in range(repeats):
+        drafter_prompt = 0.0
+        if speculative is not None and isinstance(speculative.drafter, Model):
+            warm = speculative.drafter.session(context_length=len(ids))
+            t0 = time.perf_counter()
+            warm.prefill(ids)
+            drafter_prompt = time.perf_counter() - t0
         session = model.session(context_length=len(ids) + max_tokens)
         session.prefill(ids[:-1])
         t0 = time.perf_counter()
         completion = session.generate(ids, max_tokens=max_tokens, sampler=sampler, speculative=speculative)
-        best = max(best, len(completion.token_ids) / (time.perf_counter() - t0))
+        elapsed = time.perf_counter() - t0 - drafter_prompt
+        best = max(best, len(completion.token_ids) / elapsed)
     assert completion is not None
     return best, completion
 
@@ -138,17 +148,18 @@ def row(name: str, mode: str, plain: tuple[float, reprolm.Completion], fast: tup
     stats = fast[1].speculation
     assert stats is not None
     same = fast[1].token_ids == plain[1].token_ids
-    print(f"  {name:<17} {mode:<7} {len(plain[1].token_ids):>4} {plain[0]:>8.1f} {fast[0]:>8.1f} "
-          f"{fast[0] / plain[0]:>6.2f}x {stats.acceptance_rate:>7.1%} {stats.mean_accepted_length:>6.2f} "
-          f"{'yes' if same else 'no':>5}")
+    print(f"  {name:<17} {mode:<7} {len(plain[1].token_ids):>4} {len(fast[1].token_ids):>4} {plain[0]:>8.1f} "
+          f"{fast[0]:>8.1f} {fast[0] / plain[0]:>6.2f}x {stats.acceptance_rate:>7.1%} "
+          f"{stats.mean_accepted_length:>6.2f} {'yes' if same else 'no':>5}")
     return fast[0] / plain[0]
 
 
-HEADER = (f"  {'prompt':<17} {'mode':<7} {'toks':>4} {'plain':>8} {'spec':>8} {'speedup':>7} {'accept':>7} "
-          f"{'len':>6} {'same':>5}\n  {'':<17} {'':<7} {'':>4} {'tok/s':>8} {'tok/s':>8}")
+HEADER = (f"  {'prompt':<17} {'mode':<7} {'toks':>4} {'toks':>4} {'plain':>8} {'spec':>8} {'speedup':>7} "
+          f"{'accept':>7} {'len':>6} {'same':>5}\n  {'':<17} {'':<7} {'plain':>4} {'spec':>4} {'tok/s':>8} {'tok/s':>8}")
 
 
-def section(title: str, target: Model, prompts: dict[str, str], speculative: Any, args: argparse.Namespace) -> None:
+def section(title: str, target: Model, prompts: dict[str, str], speculative: Speculative,
+            args: argparse.Namespace) -> None:
     print(f"\n{title}")
     print(HEADER)
     ratios: dict[str, list[float]] = {"greedy": [], "T=0.7": []}
@@ -198,7 +209,7 @@ def llama_lookup_tool(binary: Path, model_path: Path, prompts: dict[str, str], a
         outputs = []
         for k in [args.draft_tokens, 2]:
             cmd = [str(binary), "-m", str(model_path), "-p", prompt, "-n", str(args.max_tokens), "--temp", "0",
-                   "-t", str(args.threads), "--spec-draft-n-max", str(k), "-c", "2048", "--no-warmup"]
+                   "-t", str(args.threads), "--spec-draft-n-max", str(k), "-c", "2048"]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
             log = done.stdout + done.stderr
             outputs.append(done.stdout)

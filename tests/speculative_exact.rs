@@ -272,3 +272,35 @@ fn inconsistent_drafts_and_draft_models_are_refused() {
     assert!(DraftModel::new(target, &sampler, Some(0)).is_err());
     assert!(DraftLength::new(0, true).is_err());
 }
+
+/// A point-mass drafter that always proposes token 1.
+struct Ones;
+
+impl Drafter for Ones {
+    fn propose(&mut self, _seq: &SequenceDecoder, n: usize) -> Result<Draft> {
+        Ok(Draft { tokens: vec![1; n], distributions: Vec::new() })
+    }
+    fn draws_from_distributions(&self, _seq: &SequenceDecoder) -> bool {
+        false
+    }
+}
+
+#[test]
+fn adaptive_drafting_pauses_a_drafter_that_keeps_failing() {
+    // The target only ever emits token 0: every draft is rejected at once.
+    let mut target = always(0);
+    let stop = StopConditions { max_tokens: 40, ..StopConditions::default() };
+    let request = || Request::new(vec![2], SamplerConfig::greedy(), stop.clone(), VOCAB).unwrap();
+    let plain = reprolm::decode::generate(&mut target, request()).unwrap();
+    for (adaptive, most_drafting) in [(false, 40), (true, 10)] {
+        let mut speculation = Speculation::new(Box::new(Ones), DraftLength::new(4, adaptive).unwrap());
+        let fast = speculative::generate(&mut target, request(), &mut speculation).unwrap();
+        assert_eq!(fast, plain);
+        let stats = speculation.stats();
+        assert_eq!((stats.accepted, stats.passes), (0, 40));
+        assert!(stats.drafting_passes <= most_drafting, "{stats:?}");
+        if adaptive {
+            assert!(stats.drafting_passes >= 4, "drafting resumes after each pause: {stats:?}");
+        }
+    }
+}

@@ -29,7 +29,9 @@ class Speculative:
     or a draft :class:`Model` (or, for a :class:`CallableModel` target, a
     :class:`CallableModel`) with the same vocabulary. With ``adaptive=True`` the number of
     drafts per pass adapts to the acceptance (doubling after a fully accepted pass, falling
-    to one more than the accepted count after a rejection), never above ``draft_tokens``.
+    to one more than the accepted count after a rejection), never above ``draft_tokens``, and
+    point-mass drafts (prompt lookup, a greedy draft model) that keep failing at once are
+    paused for a growing number of passes.
 
     Neither ``draft_tokens`` nor ``adaptive`` changes any result, only the speed: greedy
     output, and sampled output with prompt lookup, are the plain decoding's bits; sampled

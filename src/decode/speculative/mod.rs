@@ -86,8 +86,11 @@ pub struct DraftLength {
     /// The most drafts one pass verifies (k >= 1).
     pub max: usize,
     /// Adapt k to the acceptance: after a pass that accepted every draft k doubles (up to
-    /// `max`), after a rejection at draft j it becomes j + 1. Off: always `max`. It changes
-    /// only the speed, never the tokens.
+    /// `max`), after a rejection at draft j it becomes j + 1. And when point-mass drafts (prompt
+    /// lookup, a greedy draft model) are rejected at once in c passes in a row, the next
+    /// 2^min(c, 4) - 1 passes draft nothing (a pass with drafts costs more than a plain step,
+    /// so guesses that keep failing are paused). Off: always `max`. It changes only the speed,
+    /// never the tokens.
     pub adaptive: bool,
 }
 
@@ -123,12 +126,16 @@ pub struct Speculation<'a> {
     length: DraftLength,
     /// The next pass's k.
     k: usize,
+    /// Consecutive passes whose first draft was rejected.
+    cold: u32,
+    /// Passes left that draft nothing (point-mass drafters only).
+    pause: u32,
     stats: SpeculationStats,
 }
 
 impl<'a> Speculation<'a> {
     pub fn new(drafter: Box<dyn Drafter + 'a>, length: DraftLength) -> Speculation<'a> {
-        Speculation { drafter, k: length.max, length, stats: SpeculationStats::default() }
+        Speculation { drafter, k: length.max, length, cold: 0, pause: 0, stats: SpeculationStats::default() }
     }
 
     pub fn stats(&self) -> SpeculationStats {
@@ -145,7 +152,11 @@ impl<'a> Speculation<'a> {
         // At most remaining - 1 drafts are fed: the pass yields at most `remaining` tokens.
         let k = self.k.min(remaining - 1);
         let sampled = self.drafter.draws_from_distributions(seq);
-        let wanted = if sampled { k + 1 } else { k };
+        // A sampling drafter drafts every position (the tokens must not depend on k); a
+        // point-mass drafter's output is plain decoding's whatever it drafts, so it may pause.
+        let paused = !sampled && self.pause > 0;
+        self.pause = self.pause.saturating_sub(1);
+        let wanted = if sampled { k + 1 } else if paused { 0 } else { k };
         let draft = if wanted > 0 { self.drafter.propose(seq, wanted)? } else { Draft::default() };
         let fed = &draft.tokens[..draft.tokens.len().min(k)];
         let logits = target.score(seq.context(), fed)?;
@@ -175,6 +186,10 @@ impl<'a> Speculation<'a> {
         self.stats.accepted += accepted as u64;
         if self.length.adaptive && !draft.tokens.is_empty() {
             self.k = if accepted == draft.tokens.len() { (2 * self.k).min(self.length.max) } else { accepted + 1 };
+            self.cold = if accepted == 0 { self.cold + 1 } else { 0 };
+            if !sampled && self.cold > 0 {
+                self.pause = (1 << self.cold.min(4)) - 1;
+            }
         }
         Ok(steps)
     }
