@@ -78,7 +78,9 @@ impl PySpeculative {
                 let session = Session::new(Arc::clone(draft), request.positions_needed() + 1)?;
                 Box::new(DraftModel::new(session, &request.sampler, eos)?)
             }
-            (DrafterSpec::Callable(_), None) => unreachable!("a callable drafter is passed in"),
+            (DrafterSpec::Callable(_), None) => {
+                return Err(Error::invalid_argument("speculative", "a CallableModel drafter needs its callback"))
+            }
         };
         Ok(Speculation::new(drafter, self.length))
     }
