@@ -6,9 +6,6 @@ use super::{Draft, Drafter};
 use crate::decode::SequenceDecoder;
 use crate::error::{Error, Result};
 
-/// Longest n-gram matched by default.
-pub const DEFAULT_NGRAM_MAX: usize = 3;
-
 /// Drafts by prompt lookup: for n from `ngram_max` down to `ngram_min`, finds the most recent
 /// earlier occurrence of the context's last n tokens and proposes the tokens that followed it.
 /// Its drafts are point masses, so verification is the target's own selection.

@@ -33,7 +33,7 @@ mod lookup;
 use std::collections::VecDeque;
 
 pub use draft_model::DraftModel;
-pub use lookup::{PromptLookup, DEFAULT_NGRAM_MAX};
+pub use lookup::PromptLookup;
 
 use crate::decode::{check_eos, Finish, Generation, LanguageModel, Request, SequenceDecoder, Step};
 use crate::error::{Error, Result};
@@ -95,8 +95,6 @@ pub struct DraftLength {
 }
 
 impl DraftLength {
-    pub const DEFAULT_MAX: usize = 8;
-
     /// # Errors
     /// [`Error::InvalidArgument`] for `max` = 0 or above 256.
     pub fn new(max: usize, adaptive: bool) -> Result<DraftLength> {
