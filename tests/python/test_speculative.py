@@ -79,6 +79,11 @@ def test_sampling_with_a_draft_model_is_reproducible_whatever_k(model: Model, dr
                                                                                          adaptive=adaptive))
             for k, adaptive in [(1, False), (3, False), (8, True)]]
     assert all(r.token_ids == runs[0].token_ids and r.logprobs == runs[0].logprobs for r in runs)
+    # The same bits on one thread (target and drafter).
+    one = Model.load(model.path, threads=1)
+    one_drafter = Model.load(model.path, threads=1, precision="int8")
+    single = one.generate(COPY, max_tokens=16, sampler=sampler, speculative=Speculative(one_drafter, draft_tokens=3))
+    assert (single.token_ids, single.logprobs) == (runs[0].token_ids, runs[0].logprobs)
 
 
 def test_bad_settings_raise_typed_errors(model: Model) -> None:
