@@ -357,3 +357,16 @@ impl decode::LanguageModel for Session {
         Session::next_logits(self, context).map(<[f32]>::to_vec)
     }
 }
+
+impl decode::speculative::Target for Session {
+    /// Computes the context but its last token (reusing the shared cached prefix, which drops
+    /// the drafts of an earlier pass that the context does not keep), then the last token and
+    /// the drafts in one pass with every row's logits.
+    fn score(&mut self, context: &[u32], drafted: &[u32]) -> Result<Vec<f32>> {
+        self.prefill_part(context, usize::MAX)?;
+        let mut ids = Vec::with_capacity(drafted.len() + 1);
+        ids.extend(context.last());
+        ids.extend_from_slice(drafted);
+        self.feed_all(&ids).map(<[f32]>::to_vec)
+    }
+}

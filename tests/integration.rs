@@ -20,6 +20,8 @@ mod kernels;
 mod kernels_int8;
 mod quantize;
 mod sampler;
+mod speculative;
+mod speculative_exact;
 mod stream;
 mod tokenizer;
 mod vocab;

@@ -43,6 +43,7 @@ from .errors import (
 )
 from ._tokenizer import Tokenizer
 from .sampling import Sampler
+from .speculative import SpeculationStats, Speculative
 
 __all__ = [
     "Model",
@@ -63,6 +64,8 @@ __all__ = [
     "sampling",
     "Grammar",
     "GrammarMatcher",
+    "Speculative",
+    "SpeculationStats",
     "default_model_path",
     "known_models",
     "model_path",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy.typing as npt
 
@@ -10,6 +10,7 @@ from . import _args, _core
 from ._decoding import Beam, StepInfo
 from ._results import Completion
 from .sampling import Sampler, _step_sampler
+from .speculative import Drafter, SpeculationStats, Speculative, _settings
 
 __all__ = ["CallableModel"]
 
@@ -65,19 +66,23 @@ class CallableModel:
         sampler: Optional[Sampler] = None,
         stop_token_ids: Sequence[int] = (),
         logprobs: Optional[int] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion:
         """Autoregressive generation from ``prompt_ids``, as :meth:`Model.generate`: greedy
         unless a :class:`Sampler` is given; stops at ``eos_id``, at a token of
         ``stop_token_ids`` or after ``max_tokens`` tokens; ``logprobs=N`` fills
-        ``Completion.steps``."""
+        ``Completion.steps``. ``speculative`` decodes speculatively, as in
+        :meth:`Model.generate`, with ``"lookup"`` or a draft :class:`CallableModel` (or
+        :class:`Model`) of the same vocabulary; the drafts are scored one prefix at a time."""
         ids = _args.token_ids(prompt_ids, "prompt_ids", self.vocab_size)
         chosen, with_steps = _step_sampler(sampler, logprobs)
-        out_ids, reason, steps = self._core.generate(
+        out_ids, reason, steps, stats = self._core.generate(
             ids, max_tokens=max_tokens, sampler=chosen._core,
             stop_token_ids=_args.token_ids(stop_token_ids, "stop_token_ids", self.vocab_size), steps=with_steps,
+            speculative=_settings(speculative),
         )
         infos = [StepInfo._from_core(s) for s in steps]
-        return Completion("", out_ids, reason, ids, [i.logprob for i in infos], infos)
+        return Completion("", out_ids, reason, ids, [i.logprob for i in infos], infos, SpeculationStats._from_core(stats))
 
     def beam_search(
         self,

@@ -34,6 +34,8 @@ __all__ = [
     "engine_beam_search",
     "GrammarSpec",
     "GrammarMatcher",
+    "Speculative",
+    "solo_session",
     "__version__",
 ]
 
@@ -114,8 +116,10 @@ class SamplerConfig:
 _StepTuple = tuple[int, float, float, float, list[tuple[int, float]]]
 # (text delta, ids, finish reason on the last chunk, ln q per id, step statistics if asked for)
 _ChunkTuple = tuple[str, list[int], Optional[Literal["eos", "length", "stop"]], list[float], Optional[_StepTuple]]
-# (ids, finish reason, per-step statistics or [])
-_GenerationTuple = tuple[list[int], Literal["eos", "length", "stop"], list[_StepTuple]]
+# (drafted, accepted, passes, drafting passes)
+_SpeculationTuple = tuple[int, int, int, int]
+# (ids, finish reason, per-step statistics or [], speculation statistics or None)
+_GenerationTuple = tuple[list[int], Literal["eos", "length", "stop"], list[_StepTuple], Optional[_SpeculationTuple]]
 # (ids, log-probability, score, finished)
 _BeamTuple = tuple[list[int], float, float, bool]
 
@@ -138,6 +142,7 @@ class CallableModel:
         sampler: SamplerConfig,
         stop_token_ids: list[int],
         steps: bool,
+        speculative: Optional[Speculative] = None,
     ) -> _GenerationTuple: ...
     def beam_search(
         self, prompt_ids: list[int], *, beam_width: int, max_tokens: int, length_penalty: float
@@ -220,7 +225,10 @@ class Session:
         stop: list[str],
         steps: bool = False,
         grammar: Optional[GrammarSpec] = None,
-    ) -> tuple[list[int], str, Literal["eos", "length", "stop"], list[float], list[_StepTuple]]: ...
+        speculative: Optional[Speculative] = None,
+    ) -> tuple[
+        list[int], str, Literal["eos", "length", "stop"], list[float], list[_StepTuple], Optional[_SpeculationTuple]
+    ]: ...
     def stream(
         self,
         ids: list[int],
@@ -230,13 +238,28 @@ class Session:
         stop_token_ids: list[int],
         stop: list[str],
         grammar: Optional[GrammarSpec] = None,
+        speculative: Optional[Speculative] = None,
     ) -> Stream: ...
 
 @final
 class Stream:
     def __iter__(self) -> Stream: ...
     def __next__(self) -> _ChunkTuple: ...
+    @property
+    def speculation(self) -> Optional[_SpeculationTuple]: ...
     def close(self) -> None: ...
+
+@final
+class Speculative:
+    def __new__(
+        cls, drafter: object, *, draft_tokens: int, adaptive: bool, ngram_min: int, ngram_max: int
+    ) -> Speculative: ...
+    @property
+    def draft_tokens(self) -> int: ...
+    @property
+    def adaptive(self) -> bool: ...
+
+def solo_session(engine: Engine, prompt_len: int, max_tokens: int) -> Session: ...
 
 @final
 class Request:

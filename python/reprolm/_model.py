@@ -19,6 +19,7 @@ from .grammar import Grammar
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
 from .sampling import Sampler, _step_sampler
+from .speculative import Drafter, SpeculationStats, Speculative, _settings  # noqa: F401 (Speculative: annotations)
 
 __all__ = ["Model", "Session", "Request", "EngineStats", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype",
            "OverflowPolicy", "Precision"]
@@ -63,10 +64,12 @@ class EngineStats:
 
 
 def _chunks(core: _core.Stream) -> Iterator[Chunk]:
-    """A session stream's chunks; closing this generator (or dropping it) closes the stream."""
+    """A session stream's chunks; closing this generator (or dropping it) closes the stream.
+    The last chunk of a speculative stream carries the speculation statistics."""
     try:
         for text, token_ids, reason, logprobs, _step in core:
-            yield Chunk(text, token_ids, reason, logprobs)
+            stats = SpeculationStats._from_core(core.speculation) if reason is not None else None
+            yield Chunk(text, token_ids, reason, logprobs, speculation=stats)
     finally:
         core.close()
 
@@ -241,6 +244,7 @@ class Model:
         special: bool = True,
         logprobs: Optional[int] = None,
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion: ...
 
     @overload
@@ -255,6 +259,7 @@ class Model:
         special: bool = True,
         logprobs: Optional[int] = None,
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> list[Completion]: ...
 
     def generate(
@@ -268,6 +273,7 @@ class Model:
         special: bool = True,
         logprobs: Optional[int] = None,
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Union[Completion, list[Completion]]:
         """Generates a continuation of ``prompt`` (text, or token ids), or of each prompt of a
         list of prompts (returning a list of completions, each the same as generating that
@@ -291,11 +297,23 @@ class Model:
         truncation), and the end-of-sequence token only where the text is complete. A
         generation stopped by ``max_tokens`` (``finish_reason == "length"``) or by a stop
         string may be incomplete.
+
+        With ``speculative`` (``"lookup"``, a draft :class:`Model`, or :class:`Speculative`
+        settings) each prompt is decoded speculatively on a session of its own rather than on
+        the batch engine: greedy output is the same bits, sampled output the same
+        distribution (see :class:`Speculative`), and ``Completion.speculation`` reports the
+        acceptance.
         """
         _args.prompt(prompt, "prompt", self.config.vocab_size, batch=True)
         batch = _is_batch(prompt)
         prompts = ([self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)] if batch
                    else [self._prompt_ids(cast(Prompt, prompt), special)])
+        if speculative is not None:
+            settings = _settings(speculative)
+            completions = [self._solo_session(ids, max_tokens)._generate(
+                ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                logprobs=logprobs, grammar=grammar, speculative=settings) for ids in prompts]
+            return completions if batch else completions[0]
         requests: list[Request] = []
         try:
             for ids in prompts:
@@ -330,6 +348,10 @@ class Model:
         _args.prompt(prompt, "prompt", self.config.vocab_size)
         return self._submit(self._prompt_ids(prompt, special), max_tokens=max_tokens, sampler=sampler, stop=stop,
                             stop_token_ids=stop_token_ids, logprobs=logprobs, grammar=grammar)
+
+    def _solo_session(self, ids: list[int], max_tokens: int) -> "Session":
+        """A session for one generation of ``ids`` (speculative decoding runs on it)."""
+        return Session(self, _core.solo_session(self._engine, len(ids), max_tokens))
 
     def _submit(
         self,
@@ -384,10 +406,20 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
         """Like :meth:`generate` for one prompt, but yields :class:`Chunk` s as tokens are
         generated: the text deltas (always whole UTF-8 characters), the token ids, and the
-        finish reason on the last chunk. Arguments are checked when this is called."""
+        finish reason on the last chunk. Arguments are checked when this is called. With
+        ``speculative``, the chunks are those of a plain stream (greedy or with prompt
+        lookup; the same distribution with a sampling draft model) and the last one carries
+        the speculation statistics."""
+        if speculative is not None:
+            _args.prompt(prompt, "prompt", self.config.vocab_size)
+            ids = self._prompt_ids(prompt, special)
+            return self._solo_session(ids, max_tokens).stream(
+                ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                grammar=grammar, speculative=speculative)
         return _request_chunks(self.submit(prompt, max_tokens=max_tokens, sampler=sampler, stop=stop,
                                            stop_token_ids=stop_token_ids, special=special, grammar=grammar))
 
@@ -443,12 +475,14 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion:
         """The assistant's reply to ``messages``: the chat rendered by
         :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
         reply's text leaves out the end-of-turn token."""
         return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                             stop_token_ids=stop_token_ids, grammar=grammar)
+                             stop_token_ids=stop_token_ids, grammar=grammar,
+                             speculative=speculative)
 
     def chat_stream(
         self,
@@ -460,10 +494,11 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
         """:meth:`chat`, streamed as :meth:`stream` does."""
         return self.stream(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                           stop_token_ids=stop_token_ids, grammar=grammar)
+                           stop_token_ids=stop_token_ids, grammar=grammar, speculative=speculative)
 
 
 class Session:
@@ -551,6 +586,7 @@ class Session:
         special: bool = True,
         logprobs: Optional[int] = None,
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion:
         """:meth:`Model.generate` for one prompt, on this session's cache: ``prompt`` is the
         whole context; the prefix it shares with :attr:`tokens` is reused and only the rest is
@@ -560,16 +596,33 @@ class Session:
         :attr:`context_length` (checked before any work); a sliding window generates past it.
 
         The options are :meth:`Model.generate`'s; Ctrl-C stops generation within one token
-        and leaves the session usable (holding what was computed)."""
+        and leaves the session usable (holding what was computed). ``speculative`` needs
+        ``overflow="error"``."""
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
         ids = self._model._prompt_ids(prompt, special)
+        return self._generate(ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                              logprobs=logprobs, grammar=grammar, speculative=_settings(speculative))
+
+    def _generate(
+        self,
+        ids: list[int],
+        *,
+        max_tokens: int,
+        sampler: Optional[Sampler],
+        stop: Union[str, Sequence[str]],
+        stop_token_ids: Sequence[int],
+        logprobs: Optional[int],
+        grammar: Optional[Grammar],
+        speculative: Optional[_core.Speculative],
+    ) -> Completion:
         chosen, with_steps = _step_sampler(sampler, logprobs)
-        out_ids, text, reason, lps, steps = self._core.generate(
+        out_ids, text, reason, lps, steps, stats = self._core.generate(
             ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
             stop=_stop_list(stop), steps=with_steps, grammar=_grammar_spec(grammar),
+            speculative=speculative,
         )
         infos = [StepInfo._from_core(s) for s in steps]
-        return Completion(text, out_ids, reason, ids, lps, infos)
+        return Completion(text, out_ids, reason, ids, lps, infos, SpeculationStats._from_core(stats))
 
     def stream(
         self,
@@ -581,6 +634,7 @@ class Session:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         grammar: Optional[Grammar] = None,
+        speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
         """:meth:`generate` on this session, yielding :class:`Chunk` s as :meth:`Model.stream`
         does (the same chunks as a fresh stream of the same prompt). The session is busy (its
@@ -591,6 +645,7 @@ class Session:
             self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
             sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
             grammar=_grammar_spec(grammar),
+            speculative=_settings(speculative),
         )
         return _chunks(core)
 

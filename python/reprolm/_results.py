@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from ._decoding import StepInfo
+from .speculative import SpeculationStats
 
 __all__ = ["Completion", "Chunk", "FinishReason"]
 
@@ -32,6 +33,8 @@ class Completion:
     steps: list[StepInfo] = field(repr=False, default_factory=list)
     """Per-step statistics, one per generated token, when requested with ``logprobs=N``
     (else empty)."""
+    speculation: Optional[SpeculationStats] = field(repr=False, default=None)
+    """What speculative decoding did, for a generation with ``speculative=`` (else None)."""
 
 
 @dataclass(frozen=True)
@@ -54,3 +57,5 @@ class Chunk:
     step: Optional[StepInfo] = field(repr=False, default=None)
     """The token's statistics (as in :attr:`Completion.steps`), when the request asked for
     them with ``logprobs=N``."""
+    speculation: Optional[SpeculationStats] = field(repr=False, default=None)
+    """On the last chunk of a speculative stream: what speculative decoding did."""

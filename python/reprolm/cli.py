@@ -24,6 +24,7 @@ from ._tokenizer import Tokenizer
 from .errors import ContextOverflowError, ReprolmError
 from .grammar import Grammar
 from .sampling import Sampler
+from .speculative import SpeculationStats, Speculative
 
 _BENCH_TEXT = (
     "The quick brown fox jumps over the lazy dog. Reproducible inference computes every "
@@ -70,22 +71,52 @@ def _grammar(args: argparse.Namespace) -> Optional[Grammar]:
     return None
 
 
+def _speculative(args: argparse.Namespace) -> Optional[Speculative]:
+    """The speculative decoding of --speculative (lookup, or a draft model's path) and
+    --draft-tokens, or None."""
+    if args.speculative is None:
+        if args.draft_tokens is not None:
+            raise ValueError("--draft-tokens needs --speculative")
+        return None
+    k = 8 if args.draft_tokens is None else args.draft_tokens
+    if args.speculative == "lookup":
+        return Speculative("lookup", draft_tokens=k)
+    path = Path(args.speculative)
+    if not path.exists():
+        raise FileNotFoundError(f"no such draft model: {path} (--speculative takes 'lookup' or a GGUF file)")
+    return Speculative(Model.load(path, threads=args.threads, precision=args.draft_precision), draft_tokens=k)
+
+
+def _report_speculation(stats: Optional[SpeculationStats], n_tokens: int) -> None:
+    if stats is not None:
+        print(f"[speculative: {stats.drafted} drafted, {stats.accepted} accepted "
+              f"(acceptance rate {stats.acceptance_rate:.1%}, mean accepted length {stats.mean_accepted_length:.2f}); "
+              f"{n_tokens} tokens in {stats.passes} passes]", file=sys.stderr)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     sampler = _sampler(args)
     grammar = _grammar(args)
     model = _load(args)
+    speculative = _speculative(args)
     out = sys.stdout
-    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop, grammar=grammar)
+    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop, grammar=grammar,
+                          speculative=speculative)
     if args.echo:
         out.write(args.prompt)
     reason = None
+    n_tokens = 0
+    stats = None
     for chunk in chunks:
         out.write(chunk.text)
         out.flush()
         reason = chunk.finish_reason
+        n_tokens += len(chunk.token_ids)
+        stats = chunk.speculation or stats
     out.write("\n")
     if args.verbose:
         print(f"[finish_reason: {reason}]", file=sys.stderr)
+    _report_speculation(stats, n_tokens)
     return 0
 
 
@@ -101,13 +132,14 @@ def _read_line(prompt: str, interactive: bool) -> Optional[str]:
 
 
 def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampler: Sampler, out: TextIO,
-           grammar: Optional[Grammar] = None) -> str:
+           grammar: Optional[Grammar] = None, speculative: Optional[Speculative] = None) -> str:
     """Streams the assistant's reply to ``history`` (following ``grammar``, if given); drops the
     oldest turns if the conversation no longer fits the context. Returns the reply text
     (partial if interrupted)."""
     while True:
         try:
-            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler, grammar=grammar)
+            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler, grammar=grammar,
+                                       speculative=speculative)
             break
         except ContextOverflowError:
             first = 1 if history and history[0].get("role") == "system" else 0
@@ -116,15 +148,20 @@ def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampl
             del history[first:first + 2]
             print("reprolm: the conversation outgrew the context; dropped the oldest turn", file=sys.stderr)
     parts: list[str] = []
+    n_tokens = 0
+    stats = None
     try:
         for chunk in chunks:
             out.write(chunk.text)
             out.flush()
             parts.append(chunk.text)
+            n_tokens += len(chunk.token_ids)
+            stats = chunk.speculation or stats
     except KeyboardInterrupt:
         print("\n[interrupted]", file=sys.stderr)
     out.write("\n")
     out.flush()
+    _report_speculation(stats, n_tokens)
     return "".join(parts)
 
 
@@ -132,6 +169,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     sampler = _sampler(args)
     grammar = _grammar(args)
     model = _load(args)
+    speculative = _speculative(args)
     interactive = sys.stdin.isatty()
     if model.chat_template is None and interactive:
         print("reprolm: this model has no chat template", file=sys.stderr)
@@ -151,7 +189,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        reply = _reply(model, history, args, sampler, sys.stdout, grammar)
+        reply = _reply(model, history, args, sampler, sys.stdout, grammar, speculative)
         history.append({"role": "assistant", "content": reply})
 
 
@@ -306,6 +344,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--min-p", type=float, default=None, metavar="P",
                        help="drop tokens less probable than P x the top one, 0 <= P <= 1 (default 0 = off)")
         p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (default 0)")
+        p.add_argument("--speculative", default=None, metavar="lookup|MODEL",
+                       help="speculative decoding: 'lookup' (prompt lookup) or a draft GGUF file with the same "
+                            "vocabulary; the same text (greedy), fewer passes. Prints the acceptance to stderr")
+        p.add_argument("--draft-tokens", type=int, default=None, metavar="K",
+                       help="most tokens drafted per pass (default 8; adapts to the acceptance)")
+        p.add_argument("--draft-precision", choices=["float32", "int8"], default="int8",
+                       help="matmul arithmetic of a draft model (default int8)")
 
     def add_grammar_options(p: argparse.ArgumentParser) -> None:
         group = p.add_mutually_exclusive_group()

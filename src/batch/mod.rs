@@ -17,6 +17,11 @@
 //! `uniform(seed, t)` from its own counter. So a request's tokens, log-probabilities and finish
 //! reason are those of the same request run alone, on any thread count.
 //!
+//! **Speculative decoding** does not run here: a speculative request decodes alone on a
+//! session of its own ([`crate::decode::speculative`]). Speculation spends spare compute per
+//! pass to save passes, which pays for a sequence decoding alone; a full batch already shares
+//! each weight read among its sequences, and rejected drafts would take rows from them.
+//!
 //! **Memory.** Each admitted sequence gets its own KV cache sized for its prompt plus
 //! `max_tokens`, reserved against `kv_memory` before it runs, so a running sequence never runs
 //! out of room and the total never exceeds the limit; a request that could never fit is

@@ -3,6 +3,7 @@
 
 mod beam;
 pub mod sequence;
+pub mod speculative;
 pub mod stream;
 
 pub use beam::{beam_search, Beam};
@@ -22,6 +23,18 @@ pub trait LanguageModel {
     fn next_logits(&mut self, context: &[u32]) -> Result<Vec<f32>>;
 }
 
+impl<M: LanguageModel + ?Sized> LanguageModel for &mut M {
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+    fn eos_id(&self) -> Option<u32> {
+        (**self).eos_id()
+    }
+    fn next_logits(&mut self, context: &[u32]) -> Result<Vec<f32>> {
+        (**self).next_logits(context)
+    }
+}
+
 /// Checks that the prompt is non-empty, its ids are in the vocabulary, and so is the EOS id.
 fn check_prompt<M: LanguageModel + ?Sized>(model: &M, prompt: &[u32]) -> Result<()> {
     let vocab_size = model.vocab_size();
@@ -35,7 +48,7 @@ fn check_prompt<M: LanguageModel + ?Sized>(model: &M, prompt: &[u32]) -> Result<
 }
 
 /// Checks that the model's EOS id, if any, is in its vocabulary.
-fn check_eos<M: LanguageModel + ?Sized>(model: &M) -> Result<()> {
+pub(crate) fn check_eos<M: LanguageModel + ?Sized>(model: &M) -> Result<()> {
     let vocab_size = model.vocab_size();
     match model.eos_id().filter(|&eos| eos as usize >= vocab_size) {
         Some(eos) => Err(Error::invalid_argument("eos_id", format!("{eos} is outside the vocabulary of {vocab_size}"))),

@@ -206,6 +206,46 @@ impl SequenceDecoder {
             None => None,
         };
         let selection = self.sampler.sample_restricted(logits, &self.context, self.n_prompt, t, allowed)?;
+        self.push(selection, tokenizer)
+    }
+
+    /// [`SequenceDecoder::accept`] for a drafted token: speculative sampling keeps `drafted`,
+    /// which a drafter drew from its distribution `r`, or replaces it, so that the token is
+    /// distributed as plain sampling's ([`Sampler::sample_drafted`]); it is `drafted` exactly
+    /// when the draft was accepted.
+    ///
+    /// # Errors
+    /// Those of [`SequenceDecoder::accept`], and [`Error::InvalidArgument`] for a draft outside
+    /// `r`'s support.
+    pub fn accept_drafted(&mut self, logits: &[f32], drafted: u32, r: &[f64], tokenizer: Option<&Tokenizer>) -> Result<Step> {
+        if self.finish.is_some() {
+            return Err(Error::invalid_argument("logits", "generation has already finished"));
+        }
+        let t = self.generated().len() as u64;
+        let allowed = match &mut self.grammar {
+            Some(grammar) => Some(grammar.allowed()?),
+            None => None,
+        };
+        let selection = self.sampler.sample_drafted(logits, &self.context, self.n_prompt, t, allowed, drafted, r)?;
+        self.push(selection, tokenizer)
+    }
+
+    /// The sampler's settings (a drafter samples with the same ones).
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// Tokens that may still be generated.
+    pub fn remaining(&self) -> usize {
+        if self.finish.is_some() {
+            0
+        } else {
+            self.stop.max_tokens - self.generated().len()
+        }
+    }
+
+    /// Appends the chosen token (fed to the grammar) and works out the text and the finish.
+    fn push(&mut self, selection: Selection, tokenizer: Option<&Tokenizer>) -> Result<Step> {
         let token = selection.token;
         if let Some(grammar) = &mut self.grammar {
             if Some(token) != self.eos {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::decode::sequence::{Finish, Request, SequenceDecoder, Step};
+use crate::decode::speculative::{Queued, Speculation, SpeculationStats};
 use crate::engine::{Engine, Session};
 use crate::error::{Error, Result};
 
@@ -14,6 +15,8 @@ pub struct Generator {
     engine: Arc<Engine>,
     session: Session,
     seq: SequenceDecoder,
+    /// Speculative decoding, when asked for, and the steps its last pass computed.
+    speculation: Option<(Speculation<'static>, Queued)>,
     /// A step failed: the generator yields nothing more.
     failed: bool,
 }
@@ -45,16 +48,36 @@ impl Generator {
         match checked {
             Ok(()) => {
                 let seq = SequenceDecoder::new(request, engine.config().eos_id);
-                Ok(Generator { engine, session, seq, failed: false })
+                Ok(Generator { engine, session, seq, speculation: None, failed: false })
             }
             Err(e) => Err(Box::new((e, session))),
         }
     }
 
+    /// Decodes speculatively from now on (see [`crate::decode::speculative`]): the same tokens
+    /// (or, for a sampling draft model, the same distribution of them), fewer passes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a sliding-window session: rolling rejected drafts back
+    /// out of a full window would recompute it.
+    pub fn speculate(&mut self, speculation: Speculation<'static>) -> Result<()> {
+        if self.session.cache().overflow() != crate::model::Overflow::Error {
+            return Err(Error::invalid_argument("speculative", "needs a session with overflow=\"error\""));
+        }
+        self.speculation = Some((speculation, Queued::default()));
+        Ok(())
+    }
+
+    /// What speculation did so far, if the generator speculates.
+    pub fn speculation_stats(&self) -> Option<SpeculationStats> {
+        self.speculation.as_ref().map(|(s, _)| s.stats())
+    }
+
     /// Generates the next token, or returns `None` once generation has finished (or a step
     /// failed).
     pub fn next_step(&mut self) -> Result<Option<Step>> {
-        if self.seq.finish().is_some() || self.failed {
+        let queued = self.speculation.as_ref().is_some_and(|(_, q)| !q.is_empty());
+        if (self.seq.finish().is_some() && !queued) || self.failed {
             return Ok(None);
         }
         let step = self.advance();
@@ -73,6 +96,14 @@ impl Generator {
     }
 
     fn advance(&mut self) -> Result<Step> {
+        if let Some((speculation, queued)) = &mut self.speculation {
+            let step = queued.next(speculation, &mut self.seq, &mut self.session, Some(&self.engine.tokenizer))?;
+            if queued.is_empty() && self.seq.finish().is_some() {
+                // Drafts fed after the last token are not part of the sequence.
+                self.session.truncate(self.seq.context().len() - 1);
+            }
+            return Ok(step);
+        }
         let logits = self.session.next_logits(self.seq.context())?;
         self.seq.accept(logits, Some(&self.engine.tokenizer))
     }
@@ -87,8 +118,13 @@ impl Generator {
         self.seq.finish()
     }
 
-    /// The session, to reuse its cache for another prompt.
-    pub fn into_session(self) -> Session {
+    /// The session, to reuse its cache for another prompt. It holds the context of the steps
+    /// handed out so far but their last token (with speculation: not the drafts fed beyond).
+    pub fn into_session(mut self) -> Session {
+        if let Some((_, queued)) = &self.speculation {
+            let handed_out = self.seq.context().len() - queued.len();
+            self.session.truncate(handed_out - 1);
+        }
         self.session
     }
 }

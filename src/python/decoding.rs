@@ -10,7 +10,9 @@ use pyo3::types::PyList;
 
 use super::errors::IntoPyResult;
 use super::sampling::{count, ids_in_vocab, step_tuple, PySamplerConfig, StepTuple};
+use super::speculative::{stats_tuple, PySpeculative, StatsTuple};
 use super::PyEngine;
+use crate::decode::speculative::{self, DraftModel, Drafter, SpeculationStats};
 use crate::decode::{self, Beam, Generation, LanguageModel, Request, StopConditions};
 use crate::engine::Session;
 use crate::error::{Error, Result};
@@ -18,13 +20,14 @@ use crate::error::{Error, Result};
 /// One beam as Python sees it: (ids, log-probability, score, finished).
 type BeamTuple = (Vec<u32>, f64, f64, bool);
 
-/// A generation as Python sees it: (ids, finish reason, per-step statistics or []).
-type GenerationTuple = (Vec<u32>, &'static str, Vec<StepTuple>);
+/// A generation as Python sees it: (ids, finish reason, per-step statistics or [],
+/// speculation statistics when speculating).
+type GenerationTuple = (Vec<u32>, &'static str, Vec<StepTuple>, Option<StatsTuple>);
 
-fn generation_tuple(generation: Generation, with_steps: bool) -> GenerationTuple {
+fn generation_tuple(generation: Generation, with_steps: bool, speculation: Option<SpeculationStats>) -> GenerationTuple {
     let reason = generation.finish.reason();
     let steps = if with_steps { generation.steps.into_iter().map(step_tuple).collect() } else { Vec::new() };
-    (generation.ids, reason, steps)
+    (generation.ids, reason, steps, speculation.map(stats_tuple))
 }
 
 fn beam_tuples(beams: Vec<Beam>) -> Vec<BeamTuple> {
@@ -77,7 +80,7 @@ impl BeamArgs {
 
 /// A session on `engine` large enough for `prompt_len + max_tokens` positions, or
 /// `ContextOverflow` when the model's context is shorter.
-fn session_for(engine: &Arc<crate::engine::Engine>, prompt_len: usize, max_tokens: usize) -> Result<Session> {
+pub(super) fn session_for(engine: &Arc<crate::engine::Engine>, prompt_len: usize, max_tokens: usize) -> Result<Session> {
     let needed = prompt_len + max_tokens;
     let allowed = engine.config().context_length;
     if needed > allowed {
@@ -257,8 +260,10 @@ impl PyCallableModel {
         self.eos_id
     }
 
-    /// Autoregressive generation: (ids, finish reason, per-step statistics or []).
-    #[pyo3(signature = (prompt_ids, *, max_tokens, sampler, stop_token_ids, steps))]
+    /// Autoregressive generation, speculative if asked: (ids, finish reason, per-step
+    /// statistics or [], speculation statistics or None).
+    #[pyo3(signature = (prompt_ids, *, max_tokens, sampler, stop_token_ids, steps, speculative=None))]
+    #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
         py: Python<'_>,
@@ -267,10 +272,31 @@ impl PyCallableModel {
         sampler: &PySamplerConfig,
         stop_token_ids: Vec<i64>,
         steps: bool,
+        speculative: Option<PyRef<'_, PySpeculative>>,
     ) -> PyResult<GenerationTuple> {
         let request = generate_request(self.vocab_size, prompt_ids, max_tokens, sampler, stop_token_ids).py()?;
-        let generation = self.run(py, |model| decode::generate(model, request))?;
-        Ok(generation_tuple(generation, steps))
+        let Some(spec) = speculative else {
+            let generation = self.run(py, |model| decode::generate(model, request))?;
+            return Ok(generation_tuple(generation, steps, None));
+        };
+        let spec: &PySpeculative = &spec;
+        let draft_model = spec.callable_drafter(py).map(|m| m.get());
+        let mut draft = draft_model.map(|model| Callback { model, error: None });
+        let eos = self.eos_id;
+        let result = self.run(py, |model| {
+            let drafter = match draft.as_mut() {
+                Some(callback) => Some(Box::new(DraftModel::new(callback, &request.sampler, eos)?) as Box<dyn Drafter + '_>),
+                None => None,
+            };
+            let mut speculation = spec.for_callable(&request, eos, drafter)?;
+            let generation = speculative::generate(model, request, &mut speculation)?;
+            Ok((generation, speculation.stats()))
+        });
+        if let Some(error) = draft.and_then(|d| d.error) {
+            return Err(error);
+        }
+        let (generation, stats) = result?;
+        Ok(generation_tuple(generation, steps, Some(stats)))
     }
 
     /// Beam search: [(ids, logprob, score, finished)] ranked by score.

@@ -10,6 +10,7 @@ mod quantize;
 mod request;
 mod sampling;
 mod session;
+mod speculative;
 mod stream;
 mod tokenizer;
 
@@ -326,6 +327,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decoding::register(m)?;
     tokenizer::register(m)?;
     grammar::register(m)?;
+    speculative::register(m)?;
     m.add_function(wrap_pyfunction!(gguf_info, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use super::errors::IntoPyResult;
 use super::grammar::PyGrammarSpec;
 use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
+use super::speculative::{stats_tuple, PySpeculative, StatsTuple};
 use super::stream::{step, PyStream};
 use super::request::request;
 use super::{token_ids, PyEngine, BLOCK_TOKENS};
@@ -17,8 +18,9 @@ use crate::engine::{Session, SessionOptions};
 use crate::error::Error;
 use crate::model::{KvDtype, Overflow};
 
-/// A finished generation: (ids, text, finish reason, ln q per id, per-step statistics or []).
-type Generated = (Vec<u32>, String, &'static str, Vec<f64>, Vec<StepTuple>);
+/// A finished generation: (ids, text, finish reason, ln q per id, per-step statistics or [],
+/// speculation statistics when speculating).
+type Generated = (Vec<u32>, String, &'static str, Vec<f64>, Vec<StepTuple>, Option<StatsTuple>);
 
 /// One sequence with its KV cache.
 #[pyclass(frozen, name = "Session", module = "reprolm._core")]
@@ -33,7 +35,7 @@ fn busy() -> PyErr {
 }
 
 impl PySession {
-    fn wrap(session: Session) -> Self {
+    pub(super) fn wrap(session: Session) -> Self {
         PySession { session: Mutex::new(Some(session)) }
     }
 
@@ -67,14 +69,23 @@ impl PySession {
         stop_token_ids: Vec<i64>,
         stop: Vec<String>,
         grammar: Option<&PyGrammarSpec>,
+        speculative: Option<&PySpeculative>,
     ) -> PyResult<Generator> {
         let engine = self.get(|s| Arc::clone(s.engine()))?;
         let request = request(py, &engine, ids, max_tokens, sampler, stop_token_ids, stop, grammar)?;
-        Generator::try_new(self.take()?, request).map_err(|failed| {
+        let speculation = speculative.map(|s| py.detach(|| s.for_engine(&engine, &request))).transpose().py()?;
+        let mut generator = Generator::try_new(self.take()?, request).map_err(|failed| {
             let (e, session) = *failed;
             self.put_back(session);
             e
-        }).py()
+        }).py()?;
+        if let Some(speculation) = speculation {
+            if let Err(e) = generator.speculate(speculation) {
+                self.put_back(generator.into_session());
+                return Err(e).py();
+            }
+        }
+        Ok(generator)
     }
 
     pub(super) fn put_back(&self, session: Session) {
@@ -199,7 +210,7 @@ impl PySession {
     /// Generates from `ids` (the whole context), reusing the cached shared prefix, with the
     /// stop conditions of `Model.generate`: (ids, text, finish reason, ln q per id, per-step
     /// statistics if `steps`). Ctrl-C stops it between tokens; the session stays usable.
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false, grammar=None))]
+    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false, grammar=None, speculative=None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -211,8 +222,10 @@ impl PySession {
         stop: Vec<String>,
         steps: bool,
         grammar: Option<PyRef<'_, PyGrammarSpec>>,
+        speculative: Option<PyRef<'_, PySpeculative>>,
     ) -> PyResult<Generated> {
-        let mut generator = self.start(py, ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref())?;
+        let mut generator =
+            self.start(py, ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref(), speculative.as_deref())?;
         let (mut text, mut logprobs, mut stats) = (String::new(), Vec::new(), Vec::new());
         let result = loop {
             match step(py, &mut generator) {
@@ -229,15 +242,16 @@ impl PySession {
         };
         let ids = generator.generated().to_vec();
         let finish = generator.finish();
+        let speculation = generator.speculation_stats().map(stats_tuple);
         self.put_back(generator.into_session());
         result?;
         let reason = finish.expect("a generator that returns None has finished").reason();
-        Ok((ids, text, reason, logprobs, stats))
+        Ok((ids, text, reason, logprobs, stats, speculation))
     }
 
     /// `generate` as a stream of chunks (`Stream`); the session is busy until the stream has
     /// returned its last chunk, is closed or is dropped.
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, grammar=None))]
+    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, grammar=None, speculative=None))]
     #[allow(clippy::too_many_arguments)]
     fn stream(
         slf: &Bound<'_, Self>,
@@ -247,9 +261,18 @@ impl PySession {
         stop_token_ids: Vec<i64>,
         stop: Vec<String>,
         grammar: Option<PyRef<'_, PyGrammarSpec>>,
+        speculative: Option<PyRef<'_, PySpeculative>>,
     ) -> PyResult<PyStream> {
-        let generator =
-            slf.get().start(slf.py(), ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref())?;
+        let generator = slf.get().start(
+            slf.py(),
+            ids,
+            max_tokens,
+            sampler,
+            stop_token_ids,
+            stop,
+            grammar.as_deref(),
+            speculative.as_deref(),
+        )?;
         Ok(PyStream::on_session(generator, slf.clone().unbind()))
     }
 }

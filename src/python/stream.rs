@@ -9,6 +9,8 @@ use super::batch::ChunkTuple;
 use super::errors::IntoPyResult;
 use super::session::PySession;
 use super::BLOCK_TOKENS;
+use super::speculative::{stats_tuple, StatsTuple};
+use crate::decode::speculative::SpeculationStats;
 use crate::decode::stream::Generator;
 use crate::decode::Step;
 
@@ -36,17 +38,20 @@ pub(super) struct PyStream {
     done: bool,
     /// The `Session` whose session the generator holds until the stream ends or is dropped.
     owner: Py<PySession>,
+    /// The speculation statistics when the generator was released.
+    final_stats: Option<SpeculationStats>,
 }
 
 impl PyStream {
     /// A stream on a session taken out of `owner`, which gets it back when the stream ends.
     pub(super) fn on_session(generator: Generator, owner: Py<PySession>) -> Self {
-        PyStream { generator: Some(generator), done: false, owner }
+        PyStream { generator: Some(generator), done: false, owner, final_stats: None }
     }
 
     /// Gives the owner its session back (after the last chunk, or when the stream is dropped).
     fn release(&mut self) {
         if let Some(generator) = self.generator.take() {
+            self.final_stats = generator.speculation_stats();
             self.owner.get().put_back(generator.into_session());
         }
     }
@@ -90,6 +95,13 @@ impl PyStream {
             self.release();
         }
         next
+    }
+
+    /// What speculation did so far: (drafted, accepted, passes, drafting passes), or None
+    /// without speculation.
+    #[getter]
+    fn speculation(&self) -> Option<StatsTuple> {
+        self.generator.as_ref().map_or(self.final_stats, Generator::speculation_stats).map(stats_tuple)
     }
 
     /// Ends the stream now and gives the session back.

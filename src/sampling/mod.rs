@@ -85,6 +85,7 @@ pub mod rng;
 mod sampler;
 mod select;
 mod softmax;
+pub mod speculative;
 mod stats;
 mod truncation;
 

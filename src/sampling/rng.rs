@@ -3,7 +3,10 @@
 //! Algorithm: Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as
 //! 1, 2, 3", SC'11), the generator of the Random123 library, with
 //!
-//! - key = (seed mod 2^32, seed >> 32), counter = (step mod 2^32, step >> 32, 0, 0);
+//! - key = (seed mod 2^32, seed >> 32), counter = (step mod 2^32, step >> 32, purpose, 0),
+//!   where `purpose` ([`Purpose`]) separates the independent draws one step may need: the
+//!   sampler's selection (0, so plain sampling's draws are those of counter (step, 0, 0, 0)),
+//!   and speculative decoding's draft, acceptance and residual draws;
 //! - ten rounds; each round maps (x0, x1, x2, x3) with key (k0, k1) to
 //!   (hi(M1*x2) ^ x1 ^ k0, lo(M1*x2), hi(M0*x0) ^ x3 ^ k1, lo(M0*x0)) where M0 = 0xD2511F53,
 //!   M1 = 0xCD9E8D57 and hi/lo are the halves of the 64-bit product; between rounds the key
@@ -36,10 +39,31 @@ fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     x
 }
 
+/// What a draw is for: each purpose has its own stream of uniforms, so the draws of one step
+/// are independent and none depends on how many others were made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Purpose {
+    /// The sampler's inverse-CDF selection (plain decoding, and every target draw that is not
+    /// one of the ones below).
+    Select = 0,
+    /// A draft model's choice of its drafted token (speculative decoding).
+    Draft = 1,
+    /// The acceptance test of a drafted token (speculative sampling).
+    Accept = 2,
+    /// The draw from the residual distribution after a rejection (speculative sampling).
+    Residual = 3,
+}
+
 /// The uniform draw u_t in [0, 1) for decoding step `step` under `seed` (a multiple of 2^-53).
 pub fn uniform(seed: u64, step: u64) -> f64 {
+    uniform_for(seed, step, Purpose::Select)
+}
+
+/// The uniform draw for `purpose` at decoding step `step` under `seed`.
+pub fn uniform_for(seed: u64, step: u64, purpose: Purpose) -> f64 {
     let key = [seed as u32, (seed >> 32) as u32];
-    let block = philox4x32_10([step as u32, (step >> 32) as u32, 0, 0], key);
+    let block = philox4x32_10([step as u32, (step >> 32) as u32, purpose as u32, 0], key);
     let word = (block[0] as u64) << 32 | block[1] as u64;
     (word >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
@@ -78,5 +102,16 @@ mod tests {
         let mean = draws.iter().sum::<f64>() / n as f64;
         assert!((mean - 0.5).abs() < 0.005, "mean {mean}");
         assert_ne!(uniform(1, 0), uniform(2, 0));
+    }
+
+    #[test]
+    fn purposes_are_the_third_counter_word() {
+        assert_eq!(uniform_for(9, 4, Purpose::Select), uniform(9, 4));
+        let block = philox4x32_10([4, 0, Purpose::Residual as u32, 0], [9, 0]);
+        let w = (block[0] as u64) << 32 | block[1] as u64;
+        assert_eq!(uniform_for(9, 4, Purpose::Residual), (w >> 11) as f64 / 2f64.powi(53));
+        let draws: Vec<f64> =
+            [Purpose::Select, Purpose::Draft, Purpose::Accept, Purpose::Residual].map(|p| uniform_for(9, 4, p)).to_vec();
+        assert!(draws.iter().enumerate().all(|(i, a)| draws[i + 1..].iter().all(|b| a != b)));
     }
 }

@@ -3,9 +3,11 @@
 use crate::error::{Error, Result};
 use crate::sampling::config::SamplerConfig;
 use crate::sampling::processors::{restrict_to_bits, Processors};
-use crate::sampling::rng::uniform;
+use crate::sampling::rng::{uniform, uniform_for, Purpose};
+use crate::sampling::speculative::verify_draft;
 use crate::sampling::select::{argmax, inverse_cdf, inverse_cdf_dense};
 use crate::sampling::softmax::{check_logits, softmax_into, Normalization};
+use crate::sampling::exact_sum::ExactSum;
 use crate::sampling::truncation::{restrict_into, Kept, Truncation};
 
 /// One sampled token with the statistics of the distribution q it was drawn from.
@@ -32,6 +34,30 @@ enum Pipeline {
     Greedy(u32),
     /// p_tau is in `Sampler::probs`, the survivors S are described by `kept`.
     Sampled { kept: Kept, normalization: Normalization },
+}
+
+/// How the token is chosen from the final distribution q.
+#[derive(Clone, Copy)]
+enum Choice<'a> {
+    /// Inverse-CDF sampling with this uniform.
+    Draw(f64),
+    /// Speculative sampling of `token`, drawn by a drafter from `r`.
+    Drafted { token: u32, r: &'a [f64], u_accept: f64, u_residual: f64 },
+}
+
+impl Choice<'_> {
+    /// The token for q given as the survivors' (id, p_i) with normalizer p(S).
+    fn choose<I: Iterator<Item = (u32, f64)>>(self, support: impl FnMut() -> I, normalizer: &ExactSum, vocab: usize) -> u32 {
+        match self {
+            Choice::Draw(u) => inverse_cdf(support, normalizer, u),
+            Choice::Drafted { token, r, u_accept, u_residual } => {
+                let mut q = vec![0.0; vocab];
+                let mut support = support;
+                restrict_into(&mut q, support(), normalizer);
+                verify_draft(&q, r, token, u_accept, u_residual)
+            }
+        }
+    }
 }
 
 /// A validated sampling pipeline (see the [module docs](crate::sampling) for the order of the
@@ -120,6 +146,48 @@ impl Sampler {
         step: u64,
         allowed: Option<&[u32]>,
     ) -> Result<Selection> {
+        let u = uniform(self.config.seed, step);
+        self.select(logits, history, n_prompt, allowed, Choice::Draw(u))
+    }
+
+    /// Speculative sampling at decoding step `step`: keeps `drafted`, which a drafter drew from
+    /// its distribution `r` (`[vocab_size]`), with probability min(1, q(x)/r(x)) under these
+    /// logits' final distribution q, else draws from the residual max(0, q - r)
+    /// ([`verify_draft`]), with the uniforms of purposes [`Purpose::Accept`] and
+    /// [`Purpose::Residual`] for `step`. The token is then distributed as q exactly, and equals
+    /// `drafted` if and only if it was accepted. At temperature 0 it is the greedy token, as
+    /// in [`Sampler::sample`]. The statistics are those of q, as there. `allowed` restricts q
+    /// as in [`Sampler::sample_restricted`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_drafted(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        n_prompt: usize,
+        step: u64,
+        allowed: Option<&[u32]>,
+        drafted: u32,
+        r: &[f64],
+    ) -> Result<Selection> {
+        if r.len() != self.vocab_size() || r.get(drafted as usize).is_none_or(|&p| p.is_nan() || p <= 0.0) {
+            return Err(Error::invalid_argument(
+                "draft",
+                format!("a drafted token must have positive probability in a distribution over {} tokens", self.vocab_size()),
+            ));
+        }
+        let seed = self.config.seed;
+        let (u_accept, u_residual) = (uniform_for(seed, step, Purpose::Accept), uniform_for(seed, step, Purpose::Residual));
+        self.select(logits, history, n_prompt, allowed, Choice::Drafted { token: drafted, r, u_accept, u_residual })
+    }
+
+    fn select(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        n_prompt: usize,
+        allowed: Option<&[u32]>,
+        choice: Choice<'_>,
+    ) -> Result<Selection> {
         let (kept, normalization) = match self.run(logits, history, n_prompt, allowed)? {
             Pipeline::Greedy(token) => {
                 let alternatives = if self.config.top_logprobs > 0 { vec![(token, 0.0)] } else { Vec::new() };
@@ -128,7 +196,7 @@ impl Sampler {
             Pipeline::Sampled { kept, normalization } => (kept, normalization),
         };
         let total = kept.normalizer.to_f64();
-        let u = uniform(self.config.seed, step);
+        let vocab = self.vocab_size();
         // H(q) = sum q_i (ln Z + ln p(S) - x_i) with q_i = p_i / p(S), x_i = (z_i - z_max) / tau,
         // from the sums over S of p_i and of p_i (z_i - z_max).
         let (mass, weighted_logits, token) = if kept.removed_any {
@@ -136,11 +204,16 @@ impl Sampler {
             let (mass, weighted) = survivors.iter().fold((0.0, 0.0), |(mass, weighted), (id, prob)| {
                 (mass + prob, weighted + prob * (self.logits[id as usize] - normalization.max_logit))
             });
-            (mass, weighted, inverse_cdf(|| survivors.iter(), &kept.normalizer, u))
+            (mass, weighted, choice.choose(|| survivors.iter(), &kept.normalizer, vocab))
         } else {
             // S is every token of positive probability: whole-vector loops, no membership tests.
             let (mass, weighted) = moments(&self.probs, &self.logits, normalization.max_logit);
-            (mass, weighted, inverse_cdf_dense(&self.probs, &kept.normalizer, u))
+            let token = match choice {
+                Choice::Draw(u) => inverse_cdf_dense(&self.probs, &kept.normalizer, u),
+                // q = p (normalizer 1).
+                Choice::Drafted { token, r, u_accept, u_residual } => verify_draft(&self.probs, r, token, u_accept, u_residual),
+            };
+            (mass, weighted, token)
         };
         let log_scale = normalization.normalizer.ln() + total.ln();
         let entropy = ((mass * log_scale - weighted_logits / self.config.temperature) / total).max(0.0);

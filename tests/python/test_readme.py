@@ -31,9 +31,10 @@ def run_block(marker: str) -> tuple[dict[str, Any], str]:
 
 
 def test_the_blocks_are_found() -> None:
-    assert len(BLOCKS) == 9
+    assert len(BLOCKS) == 10
     for marker in ["Hello world", "Write a haiku", "model.submit", "model.chat(messages", "reprolm.ray.generate",
-                   "logit_bias", "CallableModel", "running(config)", "Grammar.json_schema(person)"]:
+                   "logit_bias", "CallableModel", "running(config)", "Grammar.json_schema(person)",
+                   'speculative="lookup"']:
         assert sum(marker in b for b in BLOCKS) == 1, marker
 
 
@@ -138,3 +139,13 @@ def test_server_in_process() -> None:
     expected = [model.generate("Once upon a time", max_tokens=16, sampler=reprolm.Sampler(temperature=0.8, seed=7 + i)).text
                 for i in range(2)]
     assert choices == repr(expected)
+
+
+def test_speculative_decoding() -> None:
+    ns, printed = run_block('speculative="lookup"')
+    first, second = printed.splitlines()
+    assert first == "True True" and "# True True" in README
+    assert second.startswith("True ") and second.endswith("%")
+    stats = ns["stats"]
+    assert second == f"True {stats.acceptance_rate:.0%}"
+    assert ns["sampled"].speculation is not None and 0 < len(ns["sampled"].token_ids) <= 24
