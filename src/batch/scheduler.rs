@@ -224,7 +224,9 @@ impl Scheduler<'_> {
         let tokenizer = &self.engine.tokenizer;
         let logits = &self.scratch.logits;
         let mut slots: Vec<Option<&mut Running>> = self.running.iter_mut().map(Some).collect();
-        let work: Vec<Mutex<(&mut SequenceDecoder, Option<Result<Step>>)>> =
+        /// A decoder and, once its task ran, what it chose.
+        type Slot<'a> = Mutex<(&'a mut SequenceDecoder, Option<Result<Step>>)>;
+        let work: Vec<Slot<'_>> =
             sampled.iter().map(|&i| Mutex::new((&mut slots[i].take().expect("distinct").seq, None))).collect();
         self.engine.pool().run(work.len(), |j| {
             let mut slot = work[j].lock().unwrap_or_else(|e| e.into_inner());

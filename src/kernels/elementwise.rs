@@ -149,8 +149,8 @@ unsafe fn swiglu_lanes<L: Lanes16>(gate: &mut [f32], up: &[f32]) {
 /// sqrt(2 / pi) * 2 and that times 0.044715: GELU's tanh approximation
 /// `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` equals `x * sigmoid(2 u)` with `u` the
 /// tanh argument, computed as `x / (1 + exp(-(x * (C1 + C3 x^2))))`.
-const GELU_C1: f32 = 1.595_769_1;
-const GELU_C3: f32 = 0.071_354_82;
+const GELU_C1: f32 = 1.595_769_2;
+const GELU_C3: f32 = 0.071_354_814;
 
 /// `gate = gelu_tanh(gate) * up` (GeGLU), see [`GELU_C1`].
 #[inline(always)]
