@@ -191,8 +191,10 @@ def llamacpp_python(model_path: Path, prompts: dict[str, str], args: argparse.Na
     for name, prompt in prompts.items():
         speeds, texts = [], []
         for draft in [None, LlamaPromptLookupDecoding(num_pred_tokens=args.draft_tokens)]:
+            # A draft model needs the logits of every row (llama-cpp-python's scores buffer holds
+            # only n_batch rows otherwise, and a long prompt overruns it).
             llm = llama_cpp.Llama(str(model_path), n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,
-                                  draft_model=draft, verbose=False)
+                                  draft_model=draft, logits_all=draft is not None, verbose=False)
             t0 = time.perf_counter()
             out: Any = llm(prompt, max_tokens=args.max_tokens, temperature=0.0, top_k=1)
             n = out["usage"]["completion_tokens"]

@@ -67,12 +67,9 @@ pub struct Generation {
     pub steps: Vec<Selection>,
 }
 
-/// Autoregressive generation (definition 3.1) of `request` on `model`, ids only: step t asks
-/// the model for the logits after prompt + generated ids and lets the [`SequenceDecoder`]
-/// choose token t with draw `uniform(seed, t)`; stops after the model's EOS token, after a
-/// stop token, or after `max_tokens` tokens. (Stop strings need text: the text-producing
-/// drivers are [`stream::Generator`] and the batch engine.)
-pub fn generate<M: LanguageModel + ?Sized>(model: &mut M, request: Request) -> Result<Generation> {
+/// The decoder of `request` on `model`, after checking that they fit together (the sampler's
+/// vocabulary, the end-of-sequence id).
+pub(crate) fn decoder_for<M: LanguageModel + ?Sized>(model: &M, request: Request) -> Result<SequenceDecoder> {
     let vocab_size = model.vocab_size();
     if request.sampler.vocab_size() != vocab_size {
         return Err(Error::invalid_argument(
@@ -81,7 +78,16 @@ pub fn generate<M: LanguageModel + ?Sized>(model: &mut M, request: Request) -> R
         ));
     }
     check_eos(model)?;
-    let mut seq = SequenceDecoder::new(request, model.eos_id());
+    Ok(SequenceDecoder::new(request, model.eos_id()))
+}
+
+/// Autoregressive generation (definition 3.1) of `request` on `model`, ids only: step t asks
+/// the model for the logits after prompt + generated ids and lets the [`SequenceDecoder`]
+/// choose token t with draw `uniform(seed, t)`; stops after the model's EOS token, after a
+/// stop token, or after `max_tokens` tokens. (Stop strings need text: the text-producing
+/// drivers are [`stream::Generator`] and the batch engine.)
+pub fn generate<M: LanguageModel + ?Sized>(model: &mut M, request: Request) -> Result<Generation> {
+    let mut seq = decoder_for(model, request)?;
     let mut steps = Vec::new();
     while seq.finish().is_none() {
         let logits = model.next_logits(seq.context())?;

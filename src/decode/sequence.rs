@@ -197,16 +197,9 @@ impl SequenceDecoder {
     /// The sampler's errors (logits of the wrong length, NaN, nothing allowed), the grammar's
     /// ([`Error::Grammar`]), or [`Error::InvalidArgument`] if generation has already finished.
     pub fn accept(&mut self, logits: &[f32], tokenizer: Option<&Tokenizer>) -> Result<Step> {
-        if self.finish.is_some() {
-            return Err(Error::invalid_argument("logits", "generation has already finished"));
-        }
-        let t = self.generated().len() as u64;
-        let allowed = match &mut self.grammar {
-            Some(grammar) => Some(grammar.allowed()?),
-            None => None,
-        };
-        let selection = self.sampler.sample_restricted(logits, &self.context, self.n_prompt, t, allowed)?;
-        self.push(selection, tokenizer)
+        self.choose(tokenizer, |sampler, context, n_prompt, t, allowed| {
+            sampler.sample_restricted(logits, context, n_prompt, t, allowed)
+        })
     }
 
     /// [`SequenceDecoder::accept`] for a drafted token: speculative sampling keeps `drafted`,
@@ -218,6 +211,18 @@ impl SequenceDecoder {
     /// Those of [`SequenceDecoder::accept`], and [`Error::InvalidArgument`] for a draft outside
     /// `r`'s support.
     pub fn accept_drafted(&mut self, logits: &[f32], drafted: u32, r: &[f64], tokenizer: Option<&Tokenizer>) -> Result<Step> {
+        self.choose(tokenizer, |sampler, context, n_prompt, t, allowed| {
+            sampler.sample_drafted(logits, context, n_prompt, t, allowed, drafted, r)
+        })
+    }
+
+    /// Runs `select` on the sampler with the context, the prompt length, the step and the
+    /// grammar's allowed set (if any), then appends the token it chose.
+    fn choose(
+        &mut self,
+        tokenizer: Option<&Tokenizer>,
+        select: impl FnOnce(&mut Sampler, &[u32], usize, u64, Option<&[u32]>) -> Result<Selection>,
+    ) -> Result<Step> {
         if self.finish.is_some() {
             return Err(Error::invalid_argument("logits", "generation has already finished"));
         }
@@ -226,7 +231,7 @@ impl SequenceDecoder {
             Some(grammar) => Some(grammar.allowed()?),
             None => None,
         };
-        let selection = self.sampler.sample_drafted(logits, &self.context, self.n_prompt, t, allowed, drafted, r)?;
+        let selection = select(&mut self.sampler, &self.context, self.n_prompt, t, allowed)?;
         self.push(selection, tokenizer)
     }
 

@@ -85,3 +85,15 @@ def test_gemma3_session_chunks_and_save_are_bitwise(gemma: reprolm.Model, tmp_pa
 def test_gemma3_base_model_has_no_chat_template(gemma: reprolm.Model) -> None:
     with pytest.raises(reprolm.ChatTemplateError):
         gemma.chat([{"role": "user", "content": "Hi"}], max_tokens=4)
+
+
+def test_an_unsupported_architecture_is_named_with_the_supported_ones(tmp_path: Path) -> None:
+    data = bytearray((ARCH / "llama3-f32.gguf").read_bytes())
+    # general.architecture's value: a GGUF string (u32 type 8, u64 length 5, the bytes).
+    key = b"general.architecture" + (8).to_bytes(4, "little") + (5).to_bytes(8, "little")
+    at = data.index(key) + len(key)
+    assert data[at:at + 5] == b"llama"
+    data[at:at + 5] = b"mamba"
+    (tmp_path / "mamba.gguf").write_bytes(bytes(data))
+    with pytest.raises(reprolm.UnsupportedError, match=r"'mamba' \(supported: llama, qwen2, qwen3, phi3, gemma3\)"):
+        reprolm.Model.load(tmp_path / "mamba.gguf")

