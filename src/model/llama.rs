@@ -89,7 +89,7 @@ pub struct Scratch {
     /// [T] absolute position of each row
     row_pos: Vec<usize>,
     /// [rope bases][T][head_dim / 2] rotation of each pair at each position, one table per
-    /// distinct RoPE base of the layers (`Llama::rope_bases`)
+    /// distinct RoPE base of the layers ([`rope_bases`])
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
     /// [n_threads][group_size][capacity] attention scores of the query heads sharing a KV
