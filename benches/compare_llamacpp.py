@@ -1,6 +1,7 @@
 """Side-by-side speed of reprolm and llama.cpp (llama-cpp-python) on the same GGUF file.
 
     python benches/compare_llamacpp.py [--model PATH|NAME] [--rounds 5] [--threads 1 2] [--precision int8]
+                                       [--baseline DIR] [--no-llamacpp]
 
 ``--model`` takes a GGUF path or a known model's name (``reprolm.known_models()``, e.g.
 ``gemma3-270m``), fetched into the cache like ``Model.load`` does.
@@ -21,6 +22,11 @@ for ``--rounds`` rounds after one warm-up round, at each thread count. Both deco
 Prints the median of each, and the median of the per-round ratios reprolm / llama.cpp
 (speeds: higher is better for reprolm; load and RSS: lower is better for reprolm).
 ``--precision int8`` runs reprolm with int8 activations (the default is float32).
+
+``--baseline DIR`` adds another build of reprolm to the same rounds (A B C ...): DIR holds its
+``reprolm`` package (with its ``_core`` extension), imported through ``PYTHONPATH``. Its
+column is "baseline", and "vs base" is the median per-round ratio reprolm / baseline: an A/B of
+two commits in one run. ``--no-llamacpp`` leaves llama.cpp out (no llama-cpp-python needed).
 """
 
 from __future__ import annotations
@@ -105,7 +111,11 @@ def run_llamacpp(model_path: str, threads: int, precision: str) -> dict[str, flo
     return {"load": load, "prefill": prefill, "decode": decode, "ttft": ttft}
 
 
-ENGINES: dict[str, Callable[[str, int, str], dict[str, float]]] = {"reprolm": run_reprolm, "llama.cpp": run_llamacpp}
+ENGINES: dict[str, Callable[[str, int, str], dict[str, float]]] = {
+    "reprolm": run_reprolm,
+    "baseline": run_reprolm,  # another build, from --baseline's directory
+    "llama.cpp": run_llamacpp,
+}
 
 
 def worker(engine: str, model_path: str, threads: int, precision: str) -> None:
@@ -114,11 +124,14 @@ def worker(engine: str, model_path: str, threads: int, precision: str) -> None:
     print(json.dumps(result))
 
 
-def measure(engine: str, model_path: str, threads: int, precision: str) -> dict[str, float]:
+def measure(engine: str, model_path: str, threads: int, precision: str, baseline: str | None) -> dict[str, float]:
+    env = dict(os.environ)
+    if engine == "baseline":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [baseline, env.get("PYTHONPATH")] if p)
     out = subprocess.run(
         [sys.executable, __file__, "--worker", engine, "--model", model_path, "--threads", str(threads),
          "--precision", precision],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, env=env,
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     return {
@@ -136,6 +149,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--precision", choices=["float32", "int8"], default="float32", help="reprolm's precision")
+    parser.add_argument("--baseline", metavar="DIR", help="another reprolm build to compare with (see above)")
+    parser.add_argument("--no-llamacpp", action="store_true", help="leave llama.cpp out")
     parser.add_argument("--worker", choices=list(ENGINES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.model is None or not os.path.exists(args.model):
@@ -145,27 +160,35 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.model, args.threads[0], args.precision)
         return
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        sys.exit("llama-cpp-python is not installed: pip install llama-cpp-python "
-                 "(builds llama.cpp; CMAKE_ARGS=-DGGML_NATIVE=ON for this CPU)")
-    print(f"model: {args.model}; {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, A B alternating;"
-          f" reprolm precision {args.precision}")
+    engines = ["reprolm"] + ["baseline"] * bool(args.baseline) + ["llama.cpp"] * (not args.no_llamacpp)
+    if "llama.cpp" in engines:
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            sys.exit("llama-cpp-python is not installed: pip install llama-cpp-python "
+                     "(builds llama.cpp; CMAKE_ARGS=-DGGML_NATIVE=ON for this CPU), or pass --no-llamacpp")
+    print(f"model: {args.model}; {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, {' '.join(engines)}"
+          f" alternating; reprolm precision {args.precision}")
     for threads in args.threads:
-        results: dict[str, list[dict[str, float]]] = {e: [] for e in ENGINES}
+        results: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
         for round_ in range(args.rounds + 1):
-            for engine in ENGINES:
-                r = measure(engine, args.model, threads, args.precision)
+            for engine in engines:
+                r = measure(engine, args.model, threads, args.precision, args.baseline)
                 if round_ > 0:
                     results[engine].append(r)
         print(f"\nthreads = {threads}")
-        print(f"  {'metric':<14} {'reprolm':>10} {'llama.cpp':>10} {'ratio':>7}")
+        others = engines[1:]
+        print(f"  {'metric':<14}" + "".join(f" {e:>10}" for e in engines)
+              + "".join(f" {'vs ' + ('base' if e == 'baseline' else e):>12}" for e in others))
         for metric in results["reprolm"][0]:
+            line = f"  {metric:<14}"
+            for e in engines:
+                line += f" {statistics.median(r[metric] for r in results[e]):>10.1f}"
             a = [r[metric] for r in results["reprolm"]]
-            b = [r[metric] for r in results["llama.cpp"]]
-            ratio = statistics.median(x / y for x, y in zip(a, b))
-            print(f"  {metric:<14} {statistics.median(a):>10.1f} {statistics.median(b):>10.1f} {ratio:>6.2f}x")
+            for e in others:
+                b = [r[metric] for r in results[e]]
+                line += f" {statistics.median(x / y for x, y in zip(a, b)):>11.3f}x"
+            print(line)
 
 
 if __name__ == "__main__":
