@@ -6,7 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use reprolm::kernels::packed::{is_packed, pack_rows};
-use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, Activations, Isa, MatRef, OutPtr};
+use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, Activations, Isa, MatRef, Disjoint};
 use reprolm::tensor::GgmlType;
 
 /// (cols, rows): attn_q/attn_output, attn_k/attn_v, ffn_gate/ffn_up, ffn_down, LM head.
@@ -53,7 +53,7 @@ fn bench(c: &mut Criterion) {
                 group.bench_function(BenchmarkId::from_parameter(format!("{cols}x{rows}")), |b| {
                     b.iter(|| {
                         let act = Activations { x: &x, gs: &gs, n_tokens, cols };
-                        unsafe { matmul_rows(isa, &m, &act, 0..rows, OutPtr { ptr: out.as_mut_ptr(), token_stride: rows }) };
+                        unsafe { matmul_rows(isa, &m, &act, 0..rows, Disjoint::new(&mut out), rows) };
                     })
                 });
             }

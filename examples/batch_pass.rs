@@ -33,7 +33,7 @@ fn main() {
     let options = LoadOptions { threads: Some(1), precision: Some(precision.clone()), ..LoadOptions::default() };
     let engine = Engine::load(model_path(), &options).expect("model loads");
     let model = &engine.llama;
-    let pool = ThreadPool::new(threads);
+    let pool = ThreadPool::new(threads).unwrap();
     let mut scratch = Scratch::default();
     let prompt: Vec<u32> = (0..128).map(|i| 100 + i * 37).collect();
     let mut caches: Vec<KvCache> = (0..n).map(|_| KvCache::new(&model.config, 512).unwrap()).collect();

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use reprolm::kernels::packed::{chunk_rows, pack_rows};
-use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, matmul_rows_int8, Activations, Isa, MatRef, OutPtr, QuantizedRows};
+use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, matmul_rows_int8, Activations, Isa, MatRef, Disjoint, QuantizedRows};
 use reprolm::tensor::GgmlType;
 
 /// Median seconds of `reps` runs of `f` (after one warm-up run).
@@ -46,16 +46,16 @@ fn main() {
         let mut gs = vec![0f32; n_tokens * gl];
         let mut q = QuantizedRows::default();
         let mut out = vec![0f32; n_tokens * rows];
-        let o = OutPtr { ptr: out.as_mut_ptr(), token_stride: rows };
+        let o = Disjoint::new(&mut out);
         let f32_time = time(41, || {
             for t in 0..n_tokens {
                 group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * gl..(t + 1) * gl]);
             }
             let act = Activations { x: &x, gs: &gs, n_tokens, cols };
-            unsafe { matmul_rows(isa, &wf, &act, 0..rows, o) };
+            unsafe { matmul_rows(isa, &wf, &act, 0..rows, o, rows) };
         });
         let quant_time = time(41, || q.quantize(&x, cols, n_tokens));
-        let int8_time = time(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o) });
+        let int8_time = time(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o, rows) });
         let macs = (rows * cols * n_tokens) as f64;
         println!(
             "  {} {cols}x{rows} (cols x rows): float32 {:8.1} us ({:5.1} GMAC/s) | int8 kernel {:8.1} us ({:5.1} GMAC/s) + quantize {:6.1} us | speed-up {:.2}x ({:.2}x with quantize)",

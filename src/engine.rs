@@ -77,7 +77,7 @@ impl Engine {
             file,
             llama: Llama { config, weights, isa },
             tokenizer: Arc::new(tokenizer),
-            pool: ThreadPool::new(threads),
+            pool: ThreadPool::new(threads)?,
             fingerprint: OnceLock::new(),
             grammar_vocabulary: OnceLock::new(),
         })
@@ -368,5 +368,43 @@ impl decode::speculative::Target for Session {
         ids.extend(context.last());
         ids.extend_from_slice(drafted);
         self.feed_all(&ids).map(<[f32]>::to_vec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::SeqCst;
+
+    use super::*;
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// A panic in any phase of a pass, on any thread, is an `Internal` error; the session's
+    /// cache is emptied, and its next call recomputes the context with the same bits.
+    #[test]
+    fn a_panic_in_a_pass_is_an_internal_error_and_the_session_recovers() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/arch/llama3-f32.gguf");
+        let ids = [1u32, 5, 9, 13, 2, 7];
+        for threads in [1, 2, 3] {
+            let options = LoadOptions { threads: Some(threads), ..Default::default() };
+            let engine = Arc::new(Engine::load(path, &options).unwrap());
+            let vocab = engine.config().vocab_size;
+            let expected = engine.logits(&ids).unwrap();
+            for countdown in [1, 2, 7, 15] {
+                let mut session = Session::new(Arc::clone(&engine), 16).unwrap();
+                session.forward(&ids[..2], LogitRows::None).unwrap();
+                engine.pool.panic_countdown.store(countdown, SeqCst);
+                match session.forward(&ids[2..], LogitRows::All) {
+                    Err(Error::Internal(m)) => assert!(m.contains("a fault injected"), "{m}"),
+                    other => panic!("expected an internal error, got {other:?}"),
+                }
+                assert_eq!(engine.pool.panic_countdown.load(SeqCst), 0, "the fault fired in that pass");
+                assert_eq!(session.cache.len(), 0);
+                session.forward(&ids[2..], LogitRows::All).unwrap();
+                assert_eq!(bits(&session.scratch.logits), bits(&expected[2 * vocab..]));
+            }
+        }
     }
 }

@@ -103,6 +103,11 @@ pub enum Error {
     /// The batch engine stopped (its model was closed, or an internal failure).
     #[error("the batch engine stopped: {0}")]
     EngineStopped(String),
+
+    /// A failure inside reprolm itself (a bug): a panic caught in a computation, or worker
+    /// threads that could not be started. The model stays usable.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -113,7 +113,7 @@ fn gemma3_windowed_layers_attend_to_their_window_only() {
     let bases: Vec<f32> = model.config.layers.iter().map(|l| l.rope_base).collect();
     assert_eq!(bases, [1e4, 1e4, 1e4, 1e4, 1e4, 1e6]);
     let ids = prompts().pop().unwrap();
-    let pool = ThreadPool::new(2);
+    let pool = ThreadPool::new(2).unwrap();
     let opts = KvCacheOptions { capacity: 16, dtype: KvDtype::F32, overflow: Overflow::SlidingWindow { n_keep: 0 } };
     let mut cache = KvCache::with_options(&model.config, &opts).unwrap();
     let mut scratch = Scratch::default();

@@ -36,7 +36,7 @@ fn rows_of_several_sequences_have_the_bits_of_each_alone() {
         let alone: Vec<Vec<f32>> =
             prompts.iter().map(|p| common::forward_logits(&model, 1, &[p], LogitRows::All)).collect();
         for threads in 1..=3 {
-            let pool = ThreadPool::new(threads);
+            let pool = ThreadPool::new(threads).unwrap();
             let mut caches: Vec<KvCache> = prompts.iter().map(|_| KvCache::new(&model.config, 64).unwrap()).collect();
             let mut scratch = Scratch::default();
             let mut got: Vec<Vec<f32>> = vec![Vec::new(); prompts.len()];
@@ -76,7 +76,7 @@ fn rows_of_several_sequences_have_the_bits_of_each_alone() {
 #[test]
 fn forward_batch_checks_every_sequence_before_any_work() {
     let model = common::load_llama(Isa::best(), Precision::Float32);
-    let pool = ThreadPool::new(1);
+    let pool = ThreadPool::new(1).unwrap();
     let mut a = KvCache::new(&model.config, 8).unwrap();
     let mut b = KvCache::new(&model.config, 2).unwrap();
     let mut scratch = Scratch::default();

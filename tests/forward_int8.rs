@@ -85,7 +85,7 @@ fn int8_logits_close_to_reference() {
 fn int8_greedy_continuation() {
     let model = load(best());
     let float = load_llama(best(), Precision::Float32);
-    let pool = ThreadPool::new(2);
+    let pool = ThreadPool::new(2).unwrap();
     for (i, g) in generations().iter().enumerate() {
         let mut cache = KvCache::new(&model.config, 512).unwrap();
         let mut scratch = Scratch::default();

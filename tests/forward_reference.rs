@@ -66,7 +66,7 @@ fn decode_steps_deep_in_a_context_match_a_chunk() {
     let ids: Vec<u32> = (0..600u32).map(|i| 100 + i * 7919 % 40000).collect();
     let (prefix, tail) = ids.split_at(560);
     let run = |threads: usize, chunks: Vec<&[u32]>| {
-        let pool = ThreadPool::new(threads);
+        let pool = ThreadPool::new(threads).unwrap();
         let mut cache = KvCache::new(&model.config, 600).unwrap();
         let mut scratch = Scratch::default();
         model.forward(&pool, &mut cache, &mut scratch, prefix, LogitRows::None).unwrap();

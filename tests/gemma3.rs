@@ -86,7 +86,7 @@ fn gemma3_logits_match_transformers() {
 #[test]
 fn gemma3_greedy_continuations_match_transformers() {
     let model = model();
-    let pool = ThreadPool::new(2);
+    let pool = ThreadPool::new(2).unwrap();
     for (i, p) in reference()["prompts"].as_array().unwrap().iter().enumerate().take(3) {
         let expected = ids(&p["greedy"]);
         let mut cache = KvCache::new(&model.config, 128).unwrap();

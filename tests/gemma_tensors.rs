@@ -9,7 +9,7 @@ use crate::common::{cached_model, Rng};
 
 use reprolm::gguf::GgufFile;
 use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows, packed_row_bytes};
-use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, Activations, Isa, MatRef, OutPtr};
+use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, Activations, Isa, MatRef, Disjoint};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
 fn gemma() -> GgufFile {
@@ -71,7 +71,7 @@ fn matmuls_on_real_matrices_agree_across_isas_and_with_float64() {
             let act = Activations { x: &x, gs: &gs, n_tokens, cols };
             let run = |isa: Isa| {
                 let mut out = vec![0f32; n_tokens * rows];
-                unsafe { matmul_rows(isa, &m, &act, 0..rows, OutPtr { ptr: out.as_mut_ptr(), token_stride: rows }) };
+                unsafe { matmul_rows(isa, &m, &act, 0..rows, Disjoint::new(&mut out), rows) };
                 out
             };
             let scalar = run(Isa::Scalar);

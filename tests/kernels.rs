@@ -6,7 +6,7 @@ use crate::common;
 use common::Rng;
 
 use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows, packed_row_bytes};
-use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, MatRef, OutPtr};
+use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, MatRef, Disjoint};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
 
@@ -70,7 +70,7 @@ fn run(isa: Isa, m: &MatRef, x: &[f32], gs: &[f32], n_tokens: usize) -> Vec<u32>
     // Two uneven row ranges, as two threads would split them.
     let cut = m.rows / 3;
     for rows in [0..cut, cut..m.rows] {
-        unsafe { matmul_rows(isa, m, &act, rows, OutPtr { ptr: out.as_mut_ptr(), token_stride: m.rows }) };
+        unsafe { matmul_rows(isa, m, &act, rows, Disjoint::new(&mut out), m.rows) };
     }
     out.iter().map(|v| v.to_bits()).collect()
 }

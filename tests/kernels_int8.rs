@@ -8,7 +8,7 @@ use common::Rng;
 
 use reprolm::kernels::packed::{chunk_rows, pack_rows, packed_row_bytes};
 use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
-use reprolm::kernels::{matmul_rows_int8, Isa, MatRef, OutPtr};
+use reprolm::kernels::{matmul_rows_int8, Isa, MatRef, Disjoint};
 use reprolm::tensor::{GgmlType, KernelGroup};
 
 
@@ -54,7 +54,7 @@ fn run(isa: Isa, m: &MatRef, act: &QuantizedRows) -> Vec<u32> {
     // Two uneven row ranges, as two threads would split them.
     let cut = m.rows / 3;
     for rows in [0..cut, cut..m.rows] {
-        unsafe { matmul_rows_int8(isa, m, act, rows, OutPtr { ptr: out.as_mut_ptr(), token_stride: m.rows }) };
+        unsafe { matmul_rows_int8(isa, m, act, rows, Disjoint::new(&mut out), m.rows) };
     }
     out.iter().map(|v| v.to_bits()).collect()
 }

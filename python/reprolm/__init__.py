@@ -31,6 +31,7 @@ from .errors import (
     RequestCancelledError,
     EngineStoppedError,
     EngineOverloadedError,
+    InternalError,
     ReprolmError,
     SessionStateError,
     StateFormatError,
@@ -102,5 +103,6 @@ __all__ = [
     "RequestCancelledError",
     "EngineStoppedError",
     "EngineOverloadedError",
+    "InternalError",
     "__version__",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "RequestCancelledError",
     "EngineOverloadedError",
     "EngineStoppedError",
+    "InternalError",
 ]
 
 
@@ -127,3 +128,9 @@ class EngineOverloadedError(ReprolmError):
 class EngineStoppedError(ReprolmError):
     """The batch engine stopped before the request finished (the model was closed, or an
     internal failure, which the message describes)."""
+
+
+class InternalError(ReprolmError):
+    """A failure inside reprolm itself, a bug to report: a panic caught in a computation, or
+    worker threads that could not be started. The model stays usable; a session whose
+    forward pass failed recomputes its context on its next call."""

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::handle::{Channel, Event};
 use super::{BatchOptions, EngineStats, Submission, Wakeup};
@@ -83,11 +83,7 @@ pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) 
         }
         // A bug must not leave callers waiting forever: a panic fails the pass's requests.
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| s.pass())) {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|m| m.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let message = crate::threads::panic_message(&*panic);
             s.scratch = Scratch::default();
             s.fail_running(|| Error::EngineStopped(format!("internal error: {message}")));
         }
@@ -224,18 +220,14 @@ impl Scheduler<'_> {
         let tokenizer = &self.engine.tokenizer;
         let logits = &self.scratch.logits;
         let mut slots: Vec<Option<&mut Running>> = self.running.iter_mut().map(Some).collect();
-        /// A decoder and, once its task ran, what it chose.
-        type Slot<'a> = Mutex<(&'a mut SequenceDecoder, Option<Result<Step>>)>;
-        let work: Vec<Slot<'_>> =
-            sampled.iter().map(|&i| Mutex::new((&mut slots[i].take().expect("distinct").seq, None))).collect();
-        self.engine.pool().run(work.len(), |j| {
-            let mut slot = work[j].lock().unwrap_or_else(|e| e.into_inner());
+        // A decoder and, once its task ran, what it chose.
+        let mut work: Vec<(&mut SequenceDecoder, Option<Result<Step>>)> =
+            sampled.iter().map(|&i| (&mut slots[i].take().expect("distinct").seq, None)).collect();
+        self.engine.pool().for_each_mut(&mut work, |j, (seq, chosen)| {
             let row = &logits[j * vocab..(j + 1) * vocab];
-            slot.1 = Some(slot.0.accept(row, Some(tokenizer)));
+            *chosen = Some(seq.accept(row, Some(tokenizer)));
         });
-        work.into_iter()
-            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).1.expect("every slot ran"))
-            .collect()
+        work.into_iter().map(|(_, chosen)| chosen.expect("every slot ran")).collect()
     }
 
     /// Ends every running request with an error and frees their caches.

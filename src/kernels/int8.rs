@@ -40,16 +40,17 @@ use std::ops::Range;
 use super::lanes::{Lanes16, Scalar16};
 use super::packed::{code_bytes, is_int8_packable};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
-use super::{f16_chunk, prefetch, Isa, MatRef, OutPtr, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
+use super::{check_out, f16_chunk, prefetch, Disjoint, Isa, MatRef, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::KernelGroup;
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
 /// (packed, chunked layout) against token `t` of `act`, by the order in the module docs.
 ///
 /// # Safety
-/// `out` must be valid for those writes, and no other thread may touch those elements.
-pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+/// No other thread may touch those elements of `out` during the call.
+pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     assert_eq!(w.cols, act.cols);
+    check_out(&out, token_stride, act.n_tokens, &rows);
     assert!(is_int8_packable(w.ty) && w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     let (qs, ls) = (act.q_stride(), act.lane_stride());
@@ -59,11 +60,11 @@ pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: 
     assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
     match isa {
-        Isa::Scalar => by_type::<ScalarI32>(w, act, rows, out),
+        Isa::Scalar => by_type::<ScalarI32>(w, act, rows, out, token_stride),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::avx2(w, act, rows, out),
+        Isa::Avx2 => x86::avx2(w, act, rows, out, token_stride),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::avx512(w, act, rows, out),
+        Isa::Avx512 => x86::avx512(w, act, rows, out, token_stride),
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("no SIMD path on this architecture"),
     }
@@ -194,18 +195,18 @@ impl Kind for KQ8_0 {
 }
 
 #[inline(always)]
-unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     match w.ty.kernel() {
-        KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out),
-        KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out),
-        KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out),
+        KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
+        KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
+        KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
         _ => unreachable!("checked by is_int8_packable"),
     }
 }
 
 /// Token blocks, then rows, then tiles of up to 2 rows x 4 tokens (as the f32 kernels).
 #[inline(always)]
-unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
+unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
     let row_bytes = w.row_bytes();
     let (qs, ls) = (act.q_stride(), act.lane_stride());
@@ -230,8 +231,8 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                     q_stride: qs,
                     lane_stride: ls,
                 };
-                let o = out.ptr.add(t * out.token_stride + r);
-                let (c, s) = (w.cols, out.token_stride);
+                let o = out.at(t * token_stride + r);
+                let (c, s) = (w.cols, token_stride);
                 t += match (nr, t_end - t) {
                     (1, 1) => tile::<D, K, 1, 1>(row, row_bytes, c, &x, o, s),
                     (1, 2) => tile::<D, K, 1, 2>(row, row_bytes, c, &x, o, s),
@@ -462,13 +463,13 @@ mod x86 {
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn avx2(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
-        by_type::<Avx2I32>(w, act, rows, out)
+    pub unsafe fn avx2(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+        by_type::<Avx2I32>(w, act, rows, out, token_stride)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn avx512(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: OutPtr) {
-        by_type::<Vnni>(w, act, rows, out)
+    pub unsafe fn avx512(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+        by_type::<Vnni>(w, act, rows, out, token_stride)
     }
 
     /// One AVX-512 register of 16 i32 lanes.

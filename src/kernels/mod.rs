@@ -18,6 +18,7 @@ use groups::{Bf16Group, F16Group, F32Group, Groups, I8Codes, NibbleCodes, Q4_0Gr
 pub use int8::matmul_rows_int8;
 pub use lanes::{Lanes16, Scalar16};
 pub use quantize_act::QuantizedRows;
+pub use crate::threads::Disjoint;
 
 use crate::error::{Error, Result};
 use crate::tensor::{Codes, GgmlType, GroupFormat, KernelGroup};
@@ -181,33 +182,33 @@ pub fn group_sums(x: &[f32], gs: &mut [f32]) {
     }
 }
 
-/// Raw output pointer shared by threads that write disjoint elements.
-#[derive(Clone, Copy)]
-pub struct OutPtr {
-    pub ptr: *mut f32,
-    /// Distance between consecutive tokens' outputs.
-    pub token_stride: usize,
+
+/// Checks that `out` holds every `out[t * token_stride + r]` for `t < n_tokens`, `r` in `rows`.
+pub(crate) fn check_out(out: &Disjoint<f32>, token_stride: usize, n_tokens: usize, rows: &Range<usize>) {
+    assert!(rows.end <= token_stride || n_tokens <= 1, "rows {rows:?} overlap the next token's outputs");
+    if n_tokens > 0 && !rows.is_empty() {
+        assert!((n_tokens - 1) * token_stride + rows.end <= out.len(), "the output buffer is too small");
+    }
 }
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r] = dot(W[r], x[t])`.
 ///
 /// # Safety
-/// `out` must be valid for those writes, and no other thread may touch those elements.
-pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+/// No other thread may touch those elements of `out` during the call.
+pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     assert_eq!(w.cols, act.cols);
+    check_out(&out, token_stride, act.n_tokens, &rows);
     assert!(w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
     assert!(w.ty.kernel() != KernelGroup::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
     match isa {
-        Isa::Scalar => by_type::<Scalar16>(w, act, rows, out),
+        Isa::Scalar => by_type::<Scalar16>(w, act, rows, out, token_stride),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::avx2(w, act, rows, out),
+        Isa::Avx2 => x86::avx2(w, act, rows, out, token_stride),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::avx512(w, act, rows, out),
+        Isa::Avx512 => x86::avx512(w, act, rows, out, token_stride),
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("no SIMD path on this architecture"),
     }
@@ -323,13 +324,13 @@ mod x86 {
     use super::lanes::{Avx2x2, Avx512};
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn avx2(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
-        by_type::<Avx2x2>(w, act, rows, out)
+    pub unsafe fn avx2(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+        by_type::<Avx2x2>(w, act, rows, out, token_stride)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    pub unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
-        by_type::<Avx512>(w, act, rows, out)
+    pub unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+        by_type::<Avx512>(w, act, rows, out, token_stride)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -344,28 +345,28 @@ mod x86 {
 }
 
 #[inline(always)]
-unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     match w.ty.kernel() {
-        KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out),
-        KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out),
-        KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out),
-        KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out),
-        KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out),
-        KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out),
-        KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out),
+        KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out, token_stride),
+        KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out, token_stride),
+        KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out, token_stride),
+        KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out, token_stride),
+        KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out, token_stride),
+        KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out, token_stride),
+        KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out, token_stride),
     }
 }
 
 /// The kernel instance of each decoded group format in use (one per format, not per type:
 /// Q5_1 and Q5_K share one). A format no type uses has no instance.
 #[inline(always)]
-unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     match (f.codes, f.halves, f.offset) {
-        (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out), // Q5_1, Q5_K
-        (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out), // Q6_K
-        (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out), // Q4_K
-        (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out), // Q3_K
-        (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out), // Q2_K
+        (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out, token_stride), // Q5_1, Q5_K
+        (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out, token_stride), // Q6_K
+        (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out, token_stride), // Q4_K
+        (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out, token_stride), // Q3_K
+        (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out, token_stride), // Q2_K
         // tests/kernels.rs runs every type in GgmlType::ALL through here.
         _ => unreachable!("no kernel instance for {f:?}: add one here"),
     }
@@ -374,7 +375,7 @@ unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activati
 /// Walks token blocks, then rows, then tiles of up to 2 rows x 4 tokens: each unpacked
 /// weight group serves every token of the tile, each loaded activation every row.
 #[inline(always)]
-unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: OutPtr) {
+unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     let row_bytes = w.row_bytes();
     let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
     // One token has nothing to share an activation with; two rows would only add pressure.
@@ -391,8 +392,8 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
             while t < t_end {
                 let x = act.x.as_ptr().add(t * cols);
                 let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
-                let o = out.ptr.add(t * out.token_stride + r);
-                let s = out.token_stride;
+                let o = out.at(t * token_stride + r);
+                let s = token_stride;
                 t += match (nr, t_end - t) {
                     (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
                     (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),

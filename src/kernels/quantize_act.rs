@@ -32,7 +32,7 @@
 //! carry, per lane, the group's `d` (`tail_d`) and the sum of the lane's 8 codes
 //! (`tail_sum`).
 
-use super::GROUP;
+use super::{Disjoint, GROUP};
 
 /// Groups per chunk (one vector lane each).
 pub const CHUNK_GROUPS: usize = 16;
@@ -128,15 +128,14 @@ impl QuantizedRows {
         grow(&mut self.tail_d, n_tokens * CHUNK_GROUPS, 0.0);
         grow(&mut self.tail_sum, n_tokens * CHUNK_GROUPS, 0);
         RowWriter {
-            q: self.q.as_mut_ptr(),
-            d: self.d.as_mut_ptr(),
-            s: self.s.as_mut_ptr(),
-            qsum: self.qsum.as_mut_ptr(),
-            tail_d: self.tail_d.as_mut_ptr(),
-            tail_sum: self.tail_sum.as_mut_ptr(),
+            q: Disjoint::new(&mut self.q),
+            d: Disjoint::new(&mut self.d),
+            s: Disjoint::new(&mut self.s),
+            qsum: Disjoint::new(&mut self.qsum),
+            tail_d: Disjoint::new(&mut self.tail_d),
+            tail_sum: Disjoint::new(&mut self.tail_sum),
             cols,
             n_tokens,
-            _rows: std::marker::PhantomData,
         }
     }
 }
@@ -144,18 +143,15 @@ impl QuantizedRows {
 /// Writes quantized rows into a [`QuantizedRows`] from several threads (see
 /// [`QuantizedRows::writer`]).
 pub struct RowWriter<'a> {
-    q: *mut i8,
-    d: *mut f32,
-    s: *mut f32,
-    qsum: *mut i32,
-    tail_d: *mut f32,
-    tail_sum: *mut i32,
+    q: Disjoint<'a, i8>,
+    d: Disjoint<'a, f32>,
+    s: Disjoint<'a, f32>,
+    qsum: Disjoint<'a, i32>,
+    tail_d: Disjoint<'a, f32>,
+    tail_sum: Disjoint<'a, i32>,
     cols: usize,
     n_tokens: usize,
-    _rows: std::marker::PhantomData<&'a mut QuantizedRows>,
 }
-unsafe impl Send for RowWriter<'_> {}
-unsafe impl Sync for RowWriter<'_> {}
 
 impl RowWriter<'_> {
     /// Quantizes rows `tokens` of `x` ([n_tokens][cols]).
@@ -181,14 +177,14 @@ impl RowWriter<'_> {
 
     #[inline(always)]
     unsafe fn quantize_rows(&self, x: &[f32], tokens: std::ops::Range<usize>) {
-        use std::slice::from_raw_parts_mut as part;
         let cols = self.cols;
         let (qs, ls, cg) = (wide_chunks(cols) * CHUNK_BYTES + if narrow_groups(cols) > 0 { NARROW_BYTES } else { 0 }, chunks(cols) * CHUNK_GROUPS, CHUNK_GROUPS);
         for t in tokens {
             let row = &x[t * cols..(t + 1) * cols];
-            let q = part(self.q.add(t * qs), qs);
-            let (d, s, qsum) = (part(self.d.add(t * ls), ls), part(self.s.add(t * ls), ls), part(self.qsum.add(t * ls), ls));
-            let (tail_d, tail_sum) = (part(self.tail_d.add(t * cg), cg), part(self.tail_sum.add(t * cg), cg));
+            // SAFETY: row t's parts, which the caller gives this thread alone.
+            let q = self.q.slice(t * qs..(t + 1) * qs);
+            let (d, s, qsum) = (self.d.slice(t * ls..(t + 1) * ls), self.s.slice(t * ls..(t + 1) * ls), self.qsum.slice(t * ls..(t + 1) * ls));
+            let (tail_d, tail_sum) = (self.tail_d.slice(t * cg..(t + 1) * cg), self.tail_sum.slice(t * cg..(t + 1) * cg));
             quantize_row(row, q, d, s, qsum, tail_d, tail_sum);
         }
     }

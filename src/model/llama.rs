@@ -25,10 +25,10 @@ use super::rowwise;
 use super::weights::{LayerWeights, LlamaWeights, Matrix};
 use crate::error::{Error, Result};
 use crate::kernels::{
-    elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa, MatRef, OutPtr,
+    elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa, MatRef,
     Precision, QuantizedRows,
 };
-use crate::threads::{split, ThreadPool};
+use crate::threads::{split, Disjoint, ThreadPool};
 
 /// Which positions of a forward call need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,12 +139,6 @@ fn chunks_for(pool: &ThreadPool, units: usize) -> usize {
     units.min(CHUNKS_PER_THREAD * pool.n_threads()).max(1)
 }
 
-/// Raw pointer for threads writing disjoint parts of one buffer.
-#[derive(Clone, Copy)]
-struct SharedMut(*mut f32);
-unsafe impl Send for SharedMut {}
-unsafe impl Sync for SharedMut {}
-
 impl Llama {
     /// Runs `tokens` at positions `cache.len()..` and appends them to the cache. Logits of
     /// the requested rows are left in `scratch.logits` ([rows][vocab_size]).
@@ -178,10 +172,23 @@ impl Llama {
             }
             seq.cache.check_append(seq.tokens.len())?;
         }
-        let t_n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
-        if t_n == 0 {
+        if seqs.is_empty() {
             return Err(Error::EmptyPrompt);
         }
+        let pass = pool.install(|| self.pass(pool, scratch, seqs));
+        if pass.is_err() {
+            // A panic (a bug) may have left some of the pass's cache rows written: empty the
+            // caches, so their sequences are recomputed rather than read half-written.
+            seqs.iter_mut().for_each(|seq| seq.cache.clear());
+        }
+        pass
+    }
+
+    /// The pass of [`forward_batch`](Self::forward_batch) over checked, non-empty inputs, run
+    /// inside the pool so that each parallel phase is dispatched among its threads.
+    fn pass(&self, pool: &ThreadPool, scratch: &mut Scratch, seqs: &mut [SeqInput<'_>]) {
+        let cfg = &self.config;
+        let t_n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         let capacity = seqs.iter().map(|s| s.cache.capacity()).max().unwrap_or(1);
         scratch.ensure(cfg, t_n, pool.n_threads(), capacity);
         let (d, dq, ff) = (cfg.d_model, cfg.d_q(), cfg.ffn_dim);
@@ -220,7 +227,7 @@ impl Llama {
                 &scratch.gs,
                 &scratch.xq,
                 t_n,
-                &[(&lw.wq, &mut scratch.q), (&lw.wk, &mut scratch.k), (&lw.wv, &mut scratch.v)],
+                &mut [(&lw.wq, &mut scratch.q), (&lw.wk, &mut scratch.k), (&lw.wv, &mut scratch.v)],
             );
             let table = bases.iter().position(|&b| b == cfg.layers[l].rope_base).unwrap_or(0);
             self.positional_qk(lw, scratch, table, t_n);
@@ -233,7 +240,7 @@ impl Llama {
             self.attention(pool, &caches, scratch, l, t_n, capacity);
             rowwise::group_sums_rows(pool, &scratch.att, dq, t_n, &mut scratch.gs);
             self.quantize_input(pool, &scratch.att, dq, t_n, &mut scratch.xq);
-            self.matmuls(pool, &scratch.att, &scratch.gs, &scratch.xq, t_n, &[(&lw.wo, &mut scratch.proj)]);
+            self.matmuls(pool, &scratch.att, &scratch.gs, &scratch.xq, t_n, &mut [(&lw.wo, &mut scratch.proj)]);
             if let Some(norm) = &lw.post_attn_norm {
                 rowwise::norm_in_place(pool, &mut scratch.proj, norm, eps, (t_n, d));
             }
@@ -248,12 +255,12 @@ impl Llama {
                 &scratch.gs,
                 &scratch.xq,
                 t_n,
-                &[(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
+                &mut [(&lw.w_gate, &mut scratch.gate), (&lw.w_up, &mut scratch.up)],
             );
             let act = cfg.traits.activation;
             rowwise::gated(pool, self.isa, act, &mut scratch.gate, &scratch.up, ff, t_n, &mut scratch.gs);
             self.quantize_input(pool, &scratch.gate, ff, t_n, &mut scratch.xq);
-            self.matmuls(pool, &scratch.gate, &scratch.gs, &scratch.xq, t_n, &[(&lw.w_down, &mut scratch.proj)]);
+            self.matmuls(pool, &scratch.gate, &scratch.gs, &scratch.xq, t_n, &mut [(&lw.w_down, &mut scratch.proj)]);
             if let Some(norm) = &lw.post_ffn_norm {
                 rowwise::norm_in_place(pool, &mut scratch.proj, norm, eps, (t_n, d));
             }
@@ -292,16 +299,15 @@ impl Llama {
             first += n;
         }
         if n_out == 0 {
-            return Ok(());
+            return;
         }
         let (x, xn, gs) = (&mut scratch.x, &mut scratch.xn, &mut scratch.gs);
         rowwise::residual_norm(pool, x, None, Some(&w.output_norm), cfg.rms_eps, (n_out, d), xn, gs);
         self.quantize_input(pool, &scratch.xn, d, n_out, &mut scratch.xq);
         let mut logits = std::mem::take(&mut scratch.logits);
         logits.resize(n_out * cfg.vocab_size, 0.0);
-        self.matmuls(pool, &scratch.xn, &scratch.gs, &scratch.xq, n_out, &[(&w.output, &mut logits)]);
+        self.matmuls(pool, &scratch.xn, &scratch.gs, &scratch.xq, n_out, &mut [(&w.output, &mut logits)]);
         scratch.logits = logits;
-        Ok(())
     }
 
     /// For each RoPE base in `bases` and each row: cos and sin of
@@ -386,17 +392,17 @@ impl Llama {
         gs: &[f32],
         xq: &QuantizedRows,
         t_n: usize,
-        jobs: &[(&Matrix, &mut Vec<f32>)],
+        jobs: &mut [(&Matrix, &mut Vec<f32>)],
     ) {
         let cols = jobs[0].0.cols;
         let act = Activations { x, gs, n_tokens: t_n, cols };
         let mats: Vec<_> = jobs
-            .iter()
+            .iter_mut()
             .map(|(m, out)| {
                 debug_assert!(m.cols == cols && out.len() >= t_n * m.rows);
                 let int8 = self.weights.is_int8(m);
                 debug_assert!(!int8 || (xq.n_tokens == t_n && xq.cols == cols));
-                (self.weights.mat(m), OutPtr { ptr: out.as_ptr() as *mut f32, token_stride: m.rows }, int8)
+                (self.weights.mat(m), Disjoint::new(&mut out[..]), int8)
             })
             .collect();
         let total: usize = mats.iter().map(|(m, _, _)| m.rows).sum();
@@ -407,13 +413,12 @@ impl Llama {
             for (m, out, int8) in &mats {
                 let (lo, hi) = (mine.start.max(base), mine.end.min(base + m.rows));
                 if lo < hi {
-                    // SAFETY: each (token, row) output is written by exactly one thread, and
-                    // the buffers outlive the phase.
+                    // SAFETY: each (token, row) output belongs to the one chunk whose rows hold it.
                     unsafe {
                         if *int8 {
-                            matmul_rows_int8(self.isa, m, xq, lo - base..hi - base, *out)
+                            matmul_rows_int8(self.isa, m, xq, lo - base..hi - base, *out, m.rows)
                         } else {
-                            matmul_rows(self.isa, m, &act, lo - base..hi - base, *out)
+                            matmul_rows(self.isa, m, &act, lo - base..hi - base, *out, m.rows)
                         }
                     };
                 }
@@ -440,11 +445,10 @@ impl Llama {
         let tasks = t_n * cfg.n_heads;
         let n = chunks_for(pool, tasks);
         let (q, row_seq, row_pos) = (&s.q, &s.row_seq, &s.row_pos);
-        let (att, scores) = (SharedMut(s.att.as_mut_ptr()), SharedMut(s.scores.as_mut_ptr()));
+        let (att, scores) = (Disjoint::new(&mut s.att), Disjoint::new(&mut s.scores));
         pool.run(n, |c| {
-            let (att, scores) = (att, scores);
             // SAFETY: chunk c owns scores block c and the att slices of its (token, head) pairs.
-            let scores = unsafe { std::slice::from_raw_parts_mut(scores.0.add(c * gs * capacity), gs * capacity) };
+            let scores = unsafe { scores.slice(c * gs * capacity..(c + 1) * gs * capacity) };
             let mine = split(tasks, c, n);
             let mut task = mine.start;
             while task < mine.end {
@@ -462,10 +466,9 @@ impl Llama {
                 let mut n_keys = 0;
                 for r in &slots[..n_pieces] {
                     let keys = cache.keys(layer, g, r.clone());
-                    let out = OutPtr { ptr: scores[n_keys..].as_mut_ptr(), token_stride: capacity };
                     // SAFETY: nq rows of keys.rows outputs, `capacity` apart, in this chunk's
                     // own scores block (the pieces hold at most `capacity` keys in all).
-                    unsafe { matmul_rows(self.isa, &keys, &act, 0..keys.rows, out) };
+                    unsafe { matmul_rows(self.isa, &keys, &act, 0..keys.rows, Disjoint::new(&mut scores[n_keys..]), capacity) };
                     n_keys += keys.rows;
                 }
                 for j in 0..nq {
@@ -474,7 +477,8 @@ impl Llama {
                 let values: [MatRef; 3] = std::array::from_fn(|j| {
                     cache.values(layer, g, if j < n_pieces { slots[j].clone() } else { 0..0 })
                 });
-                let out = unsafe { std::slice::from_raw_parts_mut(att.0.add(t * dq + h * hd), nq * hd) };
+                // SAFETY: the (token, head) pairs of this chunk's tasks are its own.
+                let out = unsafe { att.slice(t * dq + h * hd..t * dq + (h + nq) * hd) };
                 weighted_row_sums(self.isa, scores, capacity, &values[..n_pieces], out);
             }
         });

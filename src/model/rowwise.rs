@@ -2,8 +2,6 @@
 //! the gated activations and the group sums the Q4_1 kernels read. A prefill splits its tokens across the
 //! pool; every row is computed by one thread with the same ops whatever the split.
 
-use std::sync::Mutex;
-
 use super::config::Activation;
 use crate::kernels::{elementwise, group_sums, group_sums_len, Isa};
 use crate::threads::{split, ThreadPool};
@@ -29,8 +27,8 @@ pub fn residual_norm(
 ) {
     let n = n_chunks(pool, t_n);
     let (xs, xns, gss) = (cut(x, d, t_n, n), cut(xn, d, t_n, n), cut(gs, group_sums_len(d), t_n, n));
-    pool.run(n, |c| {
-        let (mut x, mut xn, mut gs) = (lock(&xs[c]), lock(&xns[c]), lock(&gss[c]));
+    let mut pieces: Vec<_> = xs.into_iter().zip(xns).zip(gss).collect();
+    pool.for_each_mut(&mut pieces, |c, ((x, xn), gs)| {
         let first = split(t_n, c, n).start;
         for (i, x_t) in x.chunks_exact_mut(d).enumerate() {
             if let Some(add) = add {
@@ -63,14 +61,13 @@ pub fn gated(
     gs: &mut [f32],
 ) {
     let n = n_chunks(pool, t_n);
-    let (gates, gss) = (cut(gate, width, t_n, n), cut(gs, group_sums_len(width), t_n, n));
-    pool.run(n, |c| {
-        let (mut gate, mut gs) = (lock(&gates[c]), lock(&gss[c]));
+    let mut pieces: Vec<_> = cut(gate, width, t_n, n).into_iter().zip(cut(gs, group_sums_len(width), t_n, n)).collect();
+    pool.for_each_mut(&mut pieces, |c, (gate, gs)| {
         let rows = split(t_n, c, n);
         let up = &up[rows.start * width..rows.end * width];
         match act {
-            Activation::Silu => elementwise::swiglu(isa, &mut gate, up),
-            Activation::GeluTanh => elementwise::geglu(isa, &mut gate, up),
+            Activation::Silu => elementwise::swiglu(isa, gate, up),
+            Activation::GeluTanh => elementwise::geglu(isa, gate, up),
         }
         for (row, s) in gate.chunks_exact(width).zip(gs.chunks_exact_mut(group_sums_len(width))) {
             group_sums(row, s);
@@ -80,10 +77,8 @@ pub fn gated(
 
 /// `x_t = x_t / rms(x_t) * weight` for each of the `t_n` rows of `x` ([T][d]).
 pub fn norm_in_place(pool: &ThreadPool, x: &mut [f32], weight: &[f32], eps: f32, (t_n, d): (usize, usize)) {
-    let n = n_chunks(pool, t_n);
-    let xs = cut(x, d, t_n, n);
-    pool.run(n, |c| {
-        let mut x = lock(&xs[c]);
+    let mut pieces = cut(x, d, t_n, n_chunks(pool, t_n));
+    pool.for_each_mut(&mut pieces, |_, x| {
         x.chunks_exact_mut(d).for_each(|row| rms_norm_in_place(row, weight, eps));
     });
 }
@@ -91,9 +86,8 @@ pub fn norm_in_place(pool: &ThreadPool, x: &mut [f32], weight: &[f32], eps: f32,
 /// Group sums of each of the `t_n` rows of `x` ([T][width]) into `gs` ([T][group_sums_len(width)]).
 pub fn group_sums_rows(pool: &ThreadPool, x: &[f32], width: usize, t_n: usize, gs: &mut [f32]) {
     let n = n_chunks(pool, t_n);
-    let gss = cut(gs, group_sums_len(width), t_n, n);
-    pool.run(n, |c| {
-        let mut gs = lock(&gss[c]);
+    let mut pieces = cut(gs, group_sums_len(width), t_n, n);
+    pool.for_each_mut(&mut pieces, |c, gs| {
         let rows = split(t_n, c, n);
         for (row, s) in x[rows.start * width..rows.end * width].chunks_exact(width).zip(gs.chunks_exact_mut(group_sums_len(width))) {
             group_sums(row, s);
@@ -127,19 +121,14 @@ fn n_chunks(pool: &ThreadPool, t_n: usize) -> usize {
     (t_n / MIN_TOKENS_PER_CHUNK).min(CHUNKS_PER_THREAD * pool.n_threads()).max(1)
 }
 
-/// The first `t_n` rows of `buf` ([T][width]) cut into the token ranges `split(t_n, c, n)`,
-/// each behind its own lock (never contended: chunk `c` alone takes piece `c`).
-fn cut(buf: &mut [f32], width: usize, t_n: usize, n: usize) -> Vec<Mutex<&mut [f32]>> {
+/// The first `t_n` rows of `buf` ([T][width]) cut into the token ranges `split(t_n, c, n)`.
+fn cut(buf: &mut [f32], width: usize, t_n: usize, n: usize) -> Vec<&mut [f32]> {
     let mut rest = &mut buf[..t_n * width];
     (0..n)
         .map(|c| {
             let (piece, tail) = std::mem::take(&mut rest).split_at_mut(split(t_n, c, n).len() * width);
             rest = tail;
-            Mutex::new(piece)
+            piece
         })
         .collect()
-}
-
-fn lock<'a, 'b>(m: &'a Mutex<&'b mut [f32]>) -> std::sync::MutexGuard<'a, &'b mut [f32]> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

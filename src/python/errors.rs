@@ -32,6 +32,7 @@ fn class_name(e: &Error) -> &'static str {
         Error::Cancelled => "RequestCancelledError",
         Error::QueueFull { .. } => "EngineOverloadedError",
         Error::EngineStopped(_) => "EngineStoppedError",
+        Error::Internal(_) => "InternalError",
     }
 }
 

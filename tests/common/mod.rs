@@ -112,7 +112,7 @@ pub fn forward_logits(
     chunks: &[&[u32]],
     rows: reprolm::model::LogitRows,
 ) -> Vec<f32> {
-    let pool = reprolm::threads::ThreadPool::new(threads);
+    let pool = reprolm::threads::ThreadPool::new(threads).unwrap();
     let mut cache = reprolm::model::KvCache::new(&model.config, 512).unwrap();
     let mut scratch = reprolm::model::Scratch::default();
     let mut out = Vec::new();
