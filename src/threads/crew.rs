@@ -44,7 +44,7 @@ struct Crew {
 
 // SAFETY: `job` is written by the leader before an epoch is published and only while
 // `active` is zero with the previous epoch closed; followers read it only after entering
-// (`active` incremented) an epoch that is not closed. See `run` and `follow`.
+// (`active` incremented) an epoch that is not closed. See `Crew::phase` and `Crew::follow`.
 unsafe impl Sync for Crew {}
 
 thread_local! {
@@ -52,11 +52,17 @@ thread_local! {
     static LEADING: Cell<*const Crew> = const { Cell::new(std::ptr::null()) };
 }
 
+/// `f` of the crew this thread leads for `pool`, if it leads one.
+fn with_led<R>(pool: &ThreadPool, f: impl FnOnce(Option<&Crew>) -> R) -> R {
+    let crew = LEADING.with(|l| l.get());
+    // SAFETY: LEADING points to a live crew while its leader runs the pass (`lead`), and
+    // `f` runs on the leader, inside the pass.
+    f(unsafe { crew.as_ref() }.filter(|crew| std::ptr::eq(crew.pool, pool)))
+}
+
 /// Whether this thread runs a pass on `pool` now.
 pub(super) fn leads(pool: &ThreadPool) -> bool {
-    let crew = LEADING.with(|l| l.get());
-    // SAFETY: LEADING points to a live crew while its leader runs the pass (`lead`).
-    unsafe { crew.as_ref() }.is_some_and(|crew| std::ptr::eq(crew.pool, pool))
+    with_led(pool, |crew| crew.is_some())
 }
 
 /// Runs `op` on this thread while every thread of `pool` follows its phases.
@@ -93,12 +99,10 @@ pub(super) fn lead<R>(pool: &rayon::ThreadPool, owner: &ThreadPool, op: impl FnO
 /// Runs a phase on the crew this thread leads for `pool`, or on this thread alone if it
 /// leads none (a follower inside a phase).
 pub(super) fn phase(pool: &ThreadPool, n_chunks: usize, f: &(dyn Fn(usize) + Sync)) {
-    let crew = LEADING.with(|l| l.get());
-    // SAFETY: LEADING points to a live crew while its leader runs the pass (`lead`).
-    match unsafe { crew.as_ref() }.filter(|crew| std::ptr::eq(crew.pool, pool)) {
+    with_led(pool, |crew| match crew {
         Some(crew) => crew.phase(n_chunks, f),
         None => (0..n_chunks).for_each(f),
-    }
+    })
 }
 
 impl Crew {
