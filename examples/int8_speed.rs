@@ -54,7 +54,7 @@ fn main() {
             let act = Activations { x: &x, gs: &gs, n_tokens, cols };
             unsafe { matmul_rows(isa, &wf, &act, 0..rows, o, rows) };
         });
-        let quant_time = time(41, || q.quantize(&x, cols, n_tokens));
+        let quant_time = time(41, || q.quantize(isa, &x, cols, n_tokens));
         let int8_time = time(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o, rows) });
         let macs = (rows * cols * n_tokens) as f64;
         println!(

@@ -104,7 +104,7 @@ fn int8_paths_agree_bitwise_and_with_float64() {
             for n_tokens in TOKENS {
                 let x = random_acts(&mut rng, n_tokens, cols);
                 let mut act = QuantizedRows::default();
-                act.quantize(&x, cols, n_tokens);
+                act.quantize(Isa::Scalar, &x, cols, n_tokens);
                 let scalar = run(Isa::Scalar, &m, &act);
                 for isa in int8_isas() {
                     assert!(run(isa, &m, &act) == scalar, "{} {rows}x{cols} T={n_tokens} on {}", ty.name(), isa.name());
@@ -174,7 +174,19 @@ fn activation_quantizer_matches_its_definition() {
     check_quantizer(21 * 32, 2 * 512);
 }
 
+/// Every available ISA's quantizer: the same bytes as the scalar one (each is checked
+/// against the definition below).
+fn quantizer_isas() -> Vec<Isa> {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.available()).collect()
+}
+
 fn check_quantizer(cols: usize, q_stride: usize) {
+    for isa in quantizer_isas() {
+        check_quantizer_on(isa, cols, q_stride);
+    }
+}
+
+fn check_quantizer_on(isa: Isa, cols: usize, q_stride: usize) {
     let mut rng = Rng(7);
     let n_tokens = 5;
     let mut x = random_acts(&mut rng, n_tokens, cols);
@@ -191,9 +203,13 @@ fn check_quantizer(cols: usize, q_stride: usize) {
         x[32 * 2 + j] = -(j as f32) * 0.25;
         x[32 * 3 + j] = (j as f32 - 15.0) * 1e-42;
         x[32 * 4 + j] = (j as f32 - 20.0) * 1e30;
+        // Non-finite values (not produced by a finite model, but defined): NaN codes 0 and
+        // is skipped by the maximum; an infinity makes `d` infinite and every code 0.
+        x[32 * 5 + j] = if j % 7 == 3 { f32::NAN } else { (j as f32 - 9.0) * 0.3 };
+        x[32 * 6 + j] = if j == 30 { f32::NEG_INFINITY } else { j as f32 };
     }
     let mut q = QuantizedRows::default();
-    q.quantize(&x, cols, n_tokens);
+    q.quantize(isa, &x, cols, n_tokens);
     let (qs, ls) = (q.q_stride(), q.lane_stride());
     assert_eq!(qs, q_stride);
     assert_eq!(ls, 32);
@@ -209,13 +225,13 @@ fn check_quantizer(cols: usize, q_stride: usize) {
             let xs = &x[t * cols + 32 * g..t * cols + 32 * g + 32];
             let a = xs.iter().map(|v| v.abs() as f64).fold(0.0, f64::max);
             let d = (a / 127.0) as f32; // correctly rounded (see div_f32)
-            assert_eq!(q.d[lane].to_bits(), d.to_bits(), "d of group {g}, token {t}");
+            assert_eq!(q.d[lane].to_bits(), d.to_bits(), "d of group {g}, token {t}, {}", isa.name());
             let mut sum = 0i64;
             for (j, &v) in xs.iter().enumerate() {
                 let code = q.q[t * qs + code_offset(cols, 32 * g + j)] as i64;
                 let expected = if d == 0.0 { 0 } else { round_away(div_f32(v, d) as f64).clamp(-127, 127) };
-                assert_eq!(code, expected, "value {j} of group {g}, token {t}: x = {v}, d = {d}");
-                if d != 0.0 && d.is_normal() {
+                assert_eq!(code, expected, "value {j} of group {g}, token {t}, {}: x = {v}, d = {d}", isa.name());
+                if d != 0.0 && d.is_normal() && v.is_finite() {
                     // The code is the nearest integer to x / d, up to the rounding of the f32
                     // quotient (|x / d| <= 128, so at most 128 * 2^-24 off):
                     // |x - d q| <= d (1/2 + 2^-17).

@@ -14,10 +14,11 @@
 //! - `s = d * qsum` as f32 (one rounding): the group sum of the *dequantized* activations
 //!   `d * q_i`, used for Q4_1's offset term.
 //!
-//! This is ggml's Q8_1 scheme (ggml multiplies by `1/d` instead of dividing by `d`). The
-//! quantization is scalar code (auto-vectorized, the same IEEE operations), run once per
-//! matmul phase; rows may be split across threads, each row computed by the same code, so
-//! every ISA, thread count and chunking sees the same codes.
+//! This is ggml's Q8_1 scheme (ggml multiplies by `1/d` instead of dividing by `d`). It runs
+//! once per matmul phase; rows may be split across threads. Each ISA computes a group by the
+//! same IEEE operations (scalar code, the same code auto-vectorized for AVX2, and an explicit
+//! AVX-512 twin tested against it), so every ISA, thread count and chunking sees the same
+//! codes.
 //!
 //! Layout: groups come in *chunks* of 16 (lane `l` of a chunk is group `16c + l`); a token's
 //! codes for chunk `c` are 512 bytes `[word k: 8][lane l: 16][byte b: 4]` holding
@@ -32,7 +33,7 @@
 //! carry, per lane, the group's `d` (`tail_d`) and the sum of the lane's 8 codes
 //! (`tail_sum`).
 
-use super::{Disjoint, GROUP};
+use super::{Disjoint, Isa, GROUP};
 
 /// Groups per chunk (one vector lane each).
 pub const CHUNK_GROUPS: usize = 16;
@@ -106,11 +107,12 @@ impl QuantizedRows {
         chunks(self.cols) * CHUNK_GROUPS
     }
 
-    /// Quantizes the first `n_tokens` rows of `x` ([n_tokens][cols], `cols` a multiple of 32).
-    pub fn quantize(&mut self, x: &[f32], cols: usize, n_tokens: usize) {
+    /// Quantizes the first `n_tokens` rows of `x` ([n_tokens][cols], `cols` a multiple of 32)
+    /// with the kernels of `isa` (every ISA gives the same bytes).
+    pub fn quantize(&mut self, isa: Isa, x: &[f32], cols: usize, n_tokens: usize) {
         let writer = self.writer(cols, n_tokens);
         // SAFETY: one writer, all rows.
-        unsafe { writer.quantize(x, 0..n_tokens) };
+        unsafe { writer.quantize(isa, x, 0..n_tokens) };
     }
 
     /// Sizes the buffers for `n_tokens` rows of `cols` values and returns a handle through
@@ -154,29 +156,40 @@ pub struct RowWriter<'a> {
 }
 
 impl RowWriter<'_> {
-    /// Quantizes rows `tokens` of `x` ([n_tokens][cols]).
+    /// Quantizes rows `tokens` of `x` ([n_tokens][cols]) with the kernels of `isa` (an
+    /// available one: the model's).
     ///
     /// # Safety
     /// No other thread may write the same rows at the same time.
-    pub unsafe fn quantize(&self, x: &[f32], tokens: std::ops::Range<usize>) {
-        assert!(tokens.end <= self.n_tokens && x.len() >= tokens.end * self.cols);
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
-            // The CPU has AVX2. The same IEEE operations, only vectorized by the compiler
-            // (Rust never contracts to FMA), so the same codes.
-            return self.quantize_avx2(x, tokens);
+    pub unsafe fn quantize(&self, isa: Isa, x: &[f32], tokens: std::ops::Range<usize>) {
+        assert!(tokens.end <= self.n_tokens && x.len() >= tokens.end * self.cols && isa.available());
+        match isa {
+            Isa::Scalar => self.quantize_rows::<false>(x, tokens),
+            // The scalar code vectorized by the compiler: the same IEEE operations (Rust never
+            // contracts to FMA), so the same codes.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => self.quantize_avx2(x, tokens),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => self.quantize_avx512(x, tokens),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("no SIMD path on this architecture"),
         }
-        self.quantize_rows(x, tokens)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn quantize_avx2(&self, x: &[f32], tokens: std::ops::Range<usize>) {
-        self.quantize_rows(x, tokens)
+        self.quantize_rows::<false>(x, tokens)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    unsafe fn quantize_avx512(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+        self.quantize_rows::<true>(x, tokens)
     }
 
     #[inline(always)]
-    unsafe fn quantize_rows(&self, x: &[f32], tokens: std::ops::Range<usize>) {
+    unsafe fn quantize_rows<const AVX512: bool>(&self, x: &[f32], tokens: std::ops::Range<usize>) {
         let cols = self.cols;
         let (qs, ls, cg) = (wide_chunks(cols) * CHUNK_BYTES + if narrow_groups(cols) > 0 { NARROW_BYTES } else { 0 }, chunks(cols) * CHUNK_GROUPS, CHUNK_GROUPS);
         for t in tokens {
@@ -185,14 +198,16 @@ impl RowWriter<'_> {
             let q = self.q.slice(t * qs..(t + 1) * qs);
             let (d, s, qsum) = (self.d.slice(t * ls..(t + 1) * ls), self.s.slice(t * ls..(t + 1) * ls), self.qsum.slice(t * ls..(t + 1) * ls));
             let (tail_d, tail_sum) = (self.tail_d.slice(t * cg..(t + 1) * cg), self.tail_sum.slice(t * cg..(t + 1) * cg));
-            quantize_row(row, q, d, s, qsum, tail_d, tail_sum);
+            quantize_row::<AVX512>(row, q, d, s, qsum, tail_d, tail_sum);
         }
     }
 }
 
-/// One row into its slices of the buffers (shapes as in [`QuantizedRows`], one token).
+/// One row into its slices of the buffers (shapes as in [`QuantizedRows`], one token), its
+/// groups by [`x86::quantize_group`] if `AVX512` (inlined into an AVX-512 caller), else by
+/// [`quantize_group`].
 #[inline(always)]
-fn quantize_row(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], qsum: &mut [i32], tail_d: &mut [f32], tail_sum: &mut [i32]) {
+fn quantize_row<const AVX512: bool>(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], qsum: &mut [i32], tail_d: &mut [f32], tail_sum: &mut [i32]) {
     let cols = row.len();
     // Padding of the last chunk.
     let wide = wide_chunks(cols);
@@ -203,7 +218,12 @@ fn quantize_row(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], qsum: &
     tail_d.fill(0.0);
     tail_sum.fill(0);
     for (g, values) in row.chunks_exact(GROUP).enumerate() {
-        let (codes, dg) = quantize_group(values.try_into().unwrap());
+        let values = values.try_into().unwrap();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX512 is set only by the AVX-512 caller.
+        let (codes, dg) = if AVX512 { unsafe { x86::quantize_group(values) } } else { quantize_group(values) };
+        #[cfg(not(target_arch = "x86_64"))]
+        let (codes, dg) = quantize_group(values);
         let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
         if c < wide {
             // Word k (codes 4k..4k + 4) goes to lane l of word k of the chunk.
@@ -257,6 +277,45 @@ pub fn quantize_group(x: &[f32; GROUP]) -> ([i8; GROUP], f32) {
         }
     }
     (q, d)
+}
+
+/// [`quantize_group`] in AVX-512 instructions, operation for operation.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::GROUP;
+    use std::arch::x86_64::*;
+
+    /// The scalar [`super::quantize_group`]'s operations on two 16-lane halves: the same
+    /// exact `max`, one division `a / 127`, the quotients `x / d` by one IEEE division each,
+    /// NaN to 0, the clamp to `[-128, 128]`, and rounding half away from zero as truncation
+    /// plus a step when the (exact) remainder is at least one half.
+    #[inline(always)]
+    pub unsafe fn quantize_group(x: &[f32; GROUP]) -> ([i8; GROUP], f32) {
+        let halves = [_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16))];
+        let abs = halves.map(|h| _mm512_abs_ps(h));
+        // maxps gives its second operand when one is NaN: the running maximum, which is never
+        // NaN, so NaNs are skipped as by f32::max. max is exact: any order gives the same `a`.
+        let m = _mm512_max_ps(abs[1], _mm512_max_ps(abs[0], _mm512_setzero_ps()));
+        let a = _mm512_reduce_max_ps(m);
+        let d = a / 127.0;
+        let mut q = [0i8; GROUP];
+        if d != 0.0 {
+            let dv = _mm512_set1_ps(d);
+            for (h, &v) in halves.iter().enumerate() {
+                let v = _mm512_div_ps(v, dv);
+                let v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), v);
+                let v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-128.0)), _mm512_set1_ps(128.0));
+                let t = _mm512_cvttps_epi32(v);
+                let frac = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+                let one = _mm512_set1_epi32(1);
+                let t = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5)), t, one);
+                let t = _mm512_mask_sub_epi32(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(frac, _mm512_set1_ps(-0.5)), t, one);
+                let t = _mm512_min_epi32(_mm512_max_epi32(t, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+                _mm_storeu_si128(q.as_mut_ptr().add(16 * h).cast(), _mm512_cvtepi32_epi8(t));
+            }
+        }
+        (q, d)
+    }
 }
 
 /// `v` (in `[-128, 128]`) rounded half away from zero, as `roundf`, in operations the

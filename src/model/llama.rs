@@ -374,11 +374,11 @@ impl Llama {
         let writer = xq.writer(cols, t_n);
         if t_n < MIN_TOKENS_PER_QUANTIZE_CHUNK * 2 {
             // SAFETY: one writer, all rows.
-            unsafe { writer.quantize(x, 0..t_n) };
+            unsafe { writer.quantize(self.isa, x, 0..t_n) };
         } else {
             let n = chunks_for(pool, t_n / MIN_TOKENS_PER_QUANTIZE_CHUNK);
             // SAFETY: chunk c writes only its own rows.
-            pool.run(n, |c| unsafe { writer.quantize(x, split(t_n, c, n)) });
+            pool.run(n, |c| unsafe { writer.quantize(self.isa, x, split(t_n, c, n)) });
         }
     }
 
