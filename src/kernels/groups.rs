@@ -38,6 +38,9 @@ pub trait WeightGroup {
     const SCALED: bool;
     /// Whether rows carry f16 offsets `m` after their scales (Q4_1).
     const OFFSET: bool;
+    /// Most weight rows per tile of one token (the ISA's [`Lanes16::DECODE_TILE_ROWS`]
+    /// caps it): more rows keep more independent FMA chains in flight.
+    const DECODE_TILE_ROWS: usize = 4;
     /// The group's 32 values (float types) or integer codes (quantized types) as two
     /// 16-lane halves, converted exactly.
     unsafe fn unpack<L: Lanes16>(codes: *const u8) -> (L, L);
@@ -196,6 +199,9 @@ impl<C: CodeForm, const HALVES: bool, const OFFSET: bool> WeightGroup for Groups
     // the offsets are part of each weight, not Q4_1's group-sum term.
     const SCALED: bool = false;
     const OFFSET: bool = false;
+    // Measured on Zen 4: no gain from more rows (Q6_K loses 10% with 4), as the per-group
+    // scale loads already fill the gaps.
+    const DECODE_TILE_ROWS: usize = 1;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
         C::codes::<L>(p)

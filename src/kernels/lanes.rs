@@ -16,6 +16,9 @@ pub trait Lanes16: Copy {
     /// Weight rows per prefill tile (1 or 2): 2 x 4 tokens needs 16 accumulators of 16
     /// lanes, which fit AVX-512's 32 registers but not AVX2's 16.
     const PREFILL_TILE_ROWS: usize = 2;
+    /// Weight rows per tile of one token (1, 2 or 4): each row's two FMA chains are
+    /// independent of the others', so more rows keep more FMAs in flight.
+    const DECODE_TILE_ROWS: usize = 1;
     unsafe fn zero() -> Self;
     unsafe fn splat(v: f32) -> Self;
     /// Broadcasts one little-endian f16 (exactly converted).
@@ -202,6 +205,7 @@ mod x86 {
     pub struct Avx512(pub(crate) __m512);
 
     impl Lanes16 for Avx512 {
+        const DECODE_TILE_ROWS: usize = 4;
         #[inline(always)]
         unsafe fn zero() -> Self {
             Avx512(_mm512_setzero_ps())
@@ -339,6 +343,7 @@ mod x86 {
 
     impl Lanes16 for Avx2x2 {
         const PREFILL_TILE_ROWS: usize = 1;
+        const DECODE_TILE_ROWS: usize = 2;
         #[inline(always)]
         unsafe fn zero() -> Self {
             Avx2x2(_mm256_setzero_ps(), _mm256_setzero_ps())
