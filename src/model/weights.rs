@@ -28,7 +28,8 @@ enum Storage {
     Mapped { offset: usize, n_bytes: usize },
     /// Quantized types, repacked at load (`kernels::packed`): [rows][row bytes], codes in
     /// the grouped layout (f32 kernels) or the chunked one (int8 kernels).
-    Packed(Arc<[u8]>, Layout),
+    /// (An `Arc<Vec>`: made from the packing buffer without a copy of a whole matrix.)
+    Packed(Arc<Vec<u8>>, Layout),
 }
 
 /// One transformer block's weights. Optional parts exist where the architecture has them
@@ -164,7 +165,7 @@ impl LlamaWeights {
     pub fn mat<'a>(&'a self, m: &'a Matrix) -> MatRef<'a> {
         let data = match &m.storage {
             Storage::Mapped { offset, n_bytes } => &self.map[*offset..*offset + *n_bytes],
-            Storage::Packed(bytes, _) => bytes,
+            Storage::Packed(bytes, _) => bytes.as_slice(),
         };
         MatRef { ty: m.ty, rows: m.rows, cols: m.cols, data }
     }
@@ -228,7 +229,7 @@ impl Loader<'_> {
                 if layout == Layout::Chunked {
                     chunk_rows(info.ggml_type, cols, &mut packed);
                 }
-                Storage::Packed(packed.into(), layout)
+                Storage::Packed(Arc::new(packed), layout)
             } else {
                 Storage::Mapped { offset: info.offset + bytes.start, n_bytes: bytes.len() }
             };
