@@ -287,10 +287,15 @@ impl GgufFile {
     /// made), so they stop counting towards the process's resident memory. Reading them
     /// later still works: the pages are read back from the file.
     pub fn release(&self, info: &TensorInfo) {
-        // Whole 4 KiB pages inside the tensor (on larger pages the call fails: harmless).
+        self.release_bytes(info.offset, info.n_bytes);
+    }
+
+    /// [`GgufFile::release`] for `n_bytes` of the file from `offset` (a part of a tensor).
+    pub fn release_bytes(&self, offset: usize, n_bytes: usize) {
+        // Whole 4 KiB pages inside the range (on larger pages the call fails: harmless).
         let page = 4096;
-        let start = info.offset.div_ceil(page) * page;
-        let end = (info.offset + info.n_bytes) / page * page;
+        let start = offset.div_ceil(page) * page;
+        let end = (offset + n_bytes).min(self.map.len()) / page * page;
         if end > start {
             // SAFETY: a read-only private file mapping: dropped pages are re-read from the
             // file on the next access, so no observable data changes. Failure is harmless.

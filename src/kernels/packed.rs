@@ -72,11 +72,18 @@ pub fn packed_row_bytes(ty: GgmlType, cols: usize) -> usize {
 
 /// Repacks whole ggml rows (`ggml.len()` a multiple of the row size) into the packed layout.
 pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; ggml.len() / ty.row_bytes(cols) * packed_row_bytes(ty, cols)];
+    pack_rows_into(ty, cols, ggml, &mut out);
+    out
+}
+
+/// [`pack_rows`] into `out` (exactly the packed size of the rows of `ggml`).
+pub fn pack_rows_into(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {
     let row_bytes = ty.row_bytes(cols);
     assert!(is_packed(ty) && ggml.len().is_multiple_of(row_bytes));
     let groups = cols / QK;
     let packed_bytes = packed_row_bytes(ty, cols);
-    let mut out = vec![0u8; ggml.len() / row_bytes * packed_bytes];
+    assert_eq!(out.len(), ggml.len() / row_bytes * packed_bytes);
     let mut decoded = vec![Group::ZERO; groups];
     for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(packed_bytes)) {
         match ty.kernel() {
@@ -97,7 +104,6 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8]) -> Vec<u8> {
             KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16 => unreachable!("checked by is_packed"),
         }
     }
-    out
 }
 
 /// Writes one row of decoded groups with one f16-exact scale each (Q5_0) in Q8_0's packed

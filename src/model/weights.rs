@@ -1,5 +1,6 @@
 //! The model's tensors as typed views into the memory-mapped GGUF file.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use memmap2::Mmap;
@@ -7,7 +8,7 @@ use memmap2::Mmap;
 use super::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_int8_packable, is_packed, pack_rows, Layout};
+use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_int8_packable, is_packed, pack_rows_into, packed_row_bytes, Layout};
 use crate::kernels::{MatRef, Precision, GROUP};
 use crate::tensor::{dequantize_row, GgmlType};
 
@@ -222,7 +223,7 @@ impl Loader<'_> {
             let bytes = first * row_bytes..(first + n) * row_bytes;
             first += n;
             let storage = if is_packed(info.ggml_type) {
-                let mut packed = pack_rows(info.ggml_type, cols, &self.file.tensor_bytes(info)[bytes]);
+                let mut packed = self.pack(info, cols, bytes);
                 // Types the int8 kernels cannot read run the float32 kernels in either
                 // precision (kept in the grouped layout).
                 let layout = if is_int8_packable(info.ggml_type) { self.layout } else { Layout::Grouped };
@@ -240,6 +241,23 @@ impl Loader<'_> {
             self.file.release(info);
         }
         Ok(parts)
+    }
+
+    /// The rows in `bytes` (of the tensor `info`, rows of `cols` values) packed, block by
+    /// block, each block's file pages released once packed: loading holds one block of the
+    /// file beside the packed matrices, not a whole tensor (Gemma 3's embedding is 178 MB).
+    fn pack(&self, info: &TensorInfo, cols: usize, bytes: Range<usize>) -> Vec<u8> {
+        const BLOCK_BYTES: usize = 4 << 20;
+        let (ty, row_bytes) = (info.ggml_type, info.ggml_type.row_bytes(cols));
+        let block_rows = (BLOCK_BYTES / row_bytes).max(1);
+        let src = &self.file.tensor_bytes(info)[bytes.clone()];
+        let mut packed = vec![0u8; src.len() / row_bytes * packed_row_bytes(ty, cols)];
+        let dst_blocks = packed.chunks_mut(block_rows * packed_row_bytes(ty, cols));
+        for (i, (src, dst)) in src.chunks(block_rows * row_bytes).zip(dst_blocks).enumerate() {
+            pack_rows_into(ty, cols, src, dst);
+            self.file.release_bytes(info.offset + bytes.start + i * block_rows * row_bytes, src.len());
+        }
+        packed
     }
 
     /// The vector `name` of `len` values, dequantized to f32.
