@@ -1,9 +1,10 @@
-//! Times one forward pass of the batch engine's decode shape: N sequences with a 128-token
-//! cache each, one new row per sequence (logits for every row), against one sequence
+//! Times one forward pass of the batch engine's decode shape: N sequences with a CACHE-token
+//! cache each (default 128), one new row per sequence (logits for every row), against one sequence
 //! prefilling N tokens (logits for the last row only), on the default model. Not a test:
 //! prints medians of repeated passes.
 //!
-//! `cargo run --release --example batch_pass [-- N THREADS PRECISION]` (default 16 2 float32).
+//! `cargo run --release --example batch_pass [-- N THREADS PRECISION CACHE]` (default 16 2
+//! float32 128; CACHE at most 511). Two runs with different CACHE tell the attention's share.
 
 use std::time::Instant;
 
@@ -30,12 +31,14 @@ fn main() {
     let n: usize = args.get(1).map_or(16, |s| s.parse().expect("N"));
     let threads: usize = args.get(2).map_or(2, |s| s.parse().expect("THREADS"));
     let precision = args.get(3).cloned().unwrap_or_else(|| "float32".into());
+    let cached: usize = args.get(4).map_or(128, |s| s.parse().expect("CACHE"));
+    assert!((1..512).contains(&cached), "CACHE: 1 to 511 positions (the caches hold 512)");
     let options = LoadOptions { threads: Some(1), precision: Some(precision.clone()), ..LoadOptions::default() };
     let engine = Engine::load(model_path(), &options).expect("model loads");
     let model = &engine.llama;
     let pool = ThreadPool::new(threads).unwrap();
     let mut scratch = Scratch::default();
-    let prompt: Vec<u32> = (0..128).map(|i| 100 + i * 37).collect();
+    let prompt: Vec<u32> = (0..cached as u32).map(|i| 100 + i * 37).collect();
     let mut caches: Vec<KvCache> = (0..n).map(|_| KvCache::new(&model.config, 512).unwrap()).collect();
     for cache in &mut caches {
         model.forward(&pool, cache, &mut scratch, &prompt, LogitRows::None).unwrap();
@@ -46,7 +49,7 @@ fn main() {
         (0..reps)
             .map(|_| {
                 for c in &mut caches {
-                    c.truncate(128);
+                    c.truncate(cached);
                 }
                 let mut inputs: Vec<SeqInput> = caches
                     .iter_mut()
