@@ -292,7 +292,8 @@ mod x86 {
     #[inline(always)]
     pub unsafe fn quantize_group(x: &[f32; GROUP]) -> ([i8; GROUP], f32) {
         let halves = [_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16))];
-        let abs = halves.map(|h| _mm512_abs_ps(h));
+        // (No closures here: they would not inherit the caller's target features.)
+        let abs = [_mm512_abs_ps(halves[0]), _mm512_abs_ps(halves[1])];
         // maxps gives its second operand when one is NaN: the running maximum, which is never
         // NaN, so NaNs are skipped as by f32::max. max is exact: any order gives the same `a`.
         let m = _mm512_max_ps(abs[1], _mm512_max_ps(abs[0], _mm512_setzero_ps()));
