@@ -237,7 +237,9 @@ impl Loader<'_> {
             Matrix { name: name.into(), ty: info.ggml_type, rows: n, cols, storage }
         });
         if is_packed(info.ggml_type) {
-            // The file's pages are no longer needed: let the kernel reclaim them.
+            // The file's pages are no longer needed: let the kernel reclaim them (`pack` gave
+            // back each block's whole pages already; this also takes the pages that straddle
+            // two blocks).
             self.file.release(info);
         }
         Ok(parts)
