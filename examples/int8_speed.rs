@@ -1,5 +1,4 @@
-//! Times the Q4_1 kernels on SmolLM2's feed-forward shapes (and, for 1 token, the Q8_0 LM
-//! head), one thread: the float32 path
+//! Times the Q4_1 kernels on SmolLM2's feed-forward shapes and its Q8_0 LM head, one thread: the float32 path
 //! (`matmul_rows`, group sums included) against the int8 path (`matmul_rows_int8`, with and
 //! without quantizing the activations). Not a test: prints medians of repeated runs.
 //!
@@ -30,9 +29,8 @@ fn main() {
     let isa = [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.int8_available()).unwrap_or(Isa::Scalar);
     println!("{n_tokens} tokens, 1 thread, {} kernels; median of 41 runs", isa.name());
     let mut cases = vec![(GgmlType::Q4_1, 576usize, 1536usize), (GgmlType::Q4_1, 1536, 576)];
-    if n_tokens == 1 {
-        cases.push((GgmlType::Q8_0, 576, 49152)); // the LM head
-    }
+    cases.push((GgmlType::Q8_0, 576, 1536));
+    cases.push((GgmlType::Q8_0, 576, 49152)); // the LM head
     for (ty, cols, rows) in cases {
         let n = rows * ty.row_bytes(cols);
         // Small finite f16 scales and offsets: every 2nd byte below 0x3C.

@@ -37,11 +37,30 @@
 
 use std::ops::Range;
 
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::__m512i;
+
 use super::lanes::{Lanes16, Scalar16};
 use super::packed::{code_bytes, is_int8_packable};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use super::{check_out, f16_chunk, prefetch, Disjoint, Isa, MatRef, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::KernelGroup;
+
+/// `[e(0), e(1), ..., e(n - 1)]` for an expression `e` of the index, written in place rather
+/// than in a closure: a closure does not inherit the caller's target features, so its
+/// intrinsics can stay calls (as `std::array::from_fn` and `map` showed here).
+macro_rules! per_index {
+    ($n:expr, |$i:ident| $e:expr) => {{
+        let mut out = {
+            let $i = 0;
+            [$e; $n]
+        };
+        for $i in 1..$n {
+            out[$i] = $e;
+        }
+        out
+    }};
+}
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
 /// (packed, chunked layout) against token `t` of `act`, by the order in the module docs.
@@ -105,10 +124,23 @@ pub(crate) trait IntLanes: Copy {
     unsafe fn dot_t8(w: &Self::T8, x: *const i8, lane_sum: *const i32) -> Self;
     /// Lane `L` of the result is lane `L / 4` of `v` (a narrow chunk's per-lane scales).
     unsafe fn spread4(v: Self::F) -> Self::F;
+    /// Wide chunk `c` of an `NR x NT` tile into `acc`, as [`wide_chunk_dots`] (which an ISA
+    /// may replace by any exact way of forming the integer sums).
+    #[inline(always)]
+    unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
+        rows: &[*const u8; NR],
+        d_ptr: &[*const u8; NR],
+        groups: usize,
+        c: usize,
+        x: &Acts,
+        acc: &mut [[Self::F; NT]; NR],
+    ) {
+        wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc)
+    }
 }
 
 /// How one weight type's chunk enters the integer dot product.
-trait Kind {
+pub(crate) trait Kind {
     const CODE_BYTES: usize;
     /// Q4_1's `m * s` term.
     const OFFSET: bool;
@@ -119,6 +151,17 @@ trait Kind {
     type T<D: IntLanes>: Copy;
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
     unsafe fn psum<D: IntLanes>(w: &Self::T<D>, x: *const i8, sums: *const i32) -> D;
+    /// Code words `j` and `j + 4` (`j < 4`) of a wide chunk of `n` groups, as `vpdpbusd`'s
+    /// unsigned operand against activation words `j` and `j + 4`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i);
+    /// A chunk's sum of `vnni_words` products made the exact `isum`: Q4_0 subtracts
+    /// `8 * qsum`, Q8_0 `128 * qsum` (`qsum`: the chunk's 16 activation code sums).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn vnni_unbias(sum: __m512i, _qsum: *const i32) -> __m512i {
+        sum
+    }
 }
 
 struct KQ4_0;
@@ -144,6 +187,16 @@ impl Kind for KQ4_0 {
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
         D::dot_t4(w, x).minus_8_qsum(sums)
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
+        x86::nibble_words(codes, n, j)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn vnni_unbias(sum: __m512i, qsum: *const i32) -> __m512i {
+        x86::minus_shifted::<3>(sum, qsum)
+    }
 }
 
 struct KQ4_1;
@@ -167,6 +220,11 @@ impl Kind for KQ4_1 {
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
         D::dot_t4(w, x)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
+        x86::nibble_words(codes, n, j)
     }
 }
 
@@ -192,6 +250,16 @@ impl Kind for KQ8_0 {
     unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
         D::dot_t8(w, x, sums)
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
+        x86::biased_words(codes, n, j)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn vnni_unbias(sum: __m512i, qsum: *const i32) -> __m512i {
+        x86::minus_shifted::<7>(sum, qsum)
+    }
 }
 
 #[inline(always)]
@@ -209,31 +277,21 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
 unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
     let row_bytes = w.row_bytes();
-    let (qs, ls) = (act.q_stride(), act.lane_stride());
     let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
     for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
-        let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
+        let tokens = t_block..(t_block + TOKEN_BLOCK).min(act.n_tokens);
         let mut r = rows.start;
         while r < rows.end {
             let nr = tile_rows.min(rows.end - r);
             let row = w.data.as_ptr().add(r * row_bytes);
             let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
             prefetch(row.add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
-            let mut t = t_block;
-            while t < t_end {
-                let x = Acts {
-                    q: act.q.as_ptr().add(t * qs),
-                    d: act.d.as_ptr().add(t * ls),
-                    s: act.s.as_ptr().add(t * ls),
-                    qsum: act.qsum.as_ptr().add(t * ls),
-                    tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
-                    tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
-                    q_stride: qs,
-                    lane_stride: ls,
-                };
+            let mut t = tokens.start;
+            while t < tokens.end {
+                let x = Acts::at(act, t);
                 let o = out.at(t * token_stride + r);
                 let (c, s) = (w.cols, token_stride);
-                t += match (nr, t_end - t) {
+                t += match (nr, tokens.end - t) {
                     (1, 1) => tile::<D, K, 1, 1>(row, row_bytes, c, &x, o, s),
                     (1, 2) => tile::<D, K, 1, 2>(row, row_bytes, c, &x, o, s),
                     (1, 3) => tile::<D, K, 1, 3>(row, row_bytes, c, &x, o, s),
@@ -249,22 +307,8 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
     }
 }
 
-/// `[f(0), f(1), ...]`, always inlined: `std::array::from_fn` of SIMD values is not always,
-/// and then its intrinsics become calls.
-#[inline(always)]
-fn array<T, const N: usize>(mut f: impl FnMut(usize) -> T) -> [T; N] {
-    let mut out = std::mem::MaybeUninit::<[T; N]>::uninit();
-    let p = out.as_mut_ptr().cast::<T>();
-    for i in 0..N {
-        // SAFETY: element i of the array, written once.
-        unsafe { p.add(i).write(f(i)) };
-    }
-    // SAFETY: all N elements were written.
-    unsafe { out.assume_init() }
-}
-
 /// Pointers to the first token of a tile's quantized activations.
-struct Acts {
+pub(crate) struct Acts {
     q: *const i8,
     d: *const f32,
     s: *const f32,
@@ -273,6 +317,24 @@ struct Acts {
     tail_sum: *const i32,
     q_stride: usize,
     lane_stride: usize,
+}
+
+impl Acts {
+    /// From token `t` of `act` on.
+    #[inline(always)]
+    unsafe fn at(act: &QuantizedRows, t: usize) -> Acts {
+        let (qs, ls) = (act.q_stride(), act.lane_stride());
+        Acts {
+            q: act.q.as_ptr().add(t * qs),
+            d: act.d.as_ptr().add(t * ls),
+            s: act.s.as_ptr().add(t * ls),
+            qsum: act.qsum.as_ptr().add(t * ls),
+            tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
+            tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
+            q_stride: qs,
+            lane_stride: ls,
+        }
+    }
 }
 
 /// `NR` consecutive packed rows (from `row`, `row_bytes` apart) against `NT` consecutive
@@ -291,46 +353,17 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     let d_ptr = rows.map(|p| p.add(groups * K::CODE_BYTES));
     let mut acc = [[<D::F as Lanes16>::zero(); NT]; NR];
     for c in 0..wide_chunks(cols) {
-        let g0 = c * CHUNK_GROUPS;
-        let n = (groups - g0).min(CHUNK_GROUPS);
-        let w: [K::W<D>; NR] = array(|r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
-        let dw: [D::F; NR] = array(|r| f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n));
-        let mw: [D::F; NR] = array(|r| {
-            if K::OFFSET {
-                f16_chunk::<D::F>(d_ptr[r].add(2 * groups + 2 * g0), n)
-            } else {
-                <D::F as Lanes16>::zero()
-            }
-        });
-        for t in 0..NT {
-            let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
-            let lane = t * x.lane_stride + g0;
-            let dx = <D::F as Lanes16>::load(x.d.add(lane));
-            let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
-            for r in 0..NR {
-                let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane));
-                let dd = <D::F as Lanes16>::mul(dw[r], dx);
-                let mut a = <D::F as Lanes16>::fma(dd, isum.to_f32(), acc[r][t]);
-                if K::OFFSET {
-                    a = <D::F as Lanes16>::fma(mw[r], sx, a);
-                }
-                acc[r][t] = a;
-            }
-        }
+        D::wide_chunk::<K, NR, NT>(&rows, &d_ptr, groups, c, x, &mut acc);
     }
     let n = narrow_groups(cols);
     if n > 0 {
         let g0 = groups - n;
-        let w: [K::T<D>; NR] = array(|r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+        let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+        let (mut dw, mw) = chunk_scales::<D::F, K, NR>(&d_ptr, groups, g0, n);
         // Lane 4g + w: the scale of group g (zero past the groups).
-        let dw: [D::F; NR] = array(|r| D::spread4(f16_chunk::<D::F>(d_ptr[r].add(2 * g0), n)));
-        let mw: [D::F; NR] = array(|r| {
-            if K::OFFSET {
-                f16_chunk::<D::F>(d_ptr[r].add(2 * groups + 2 * g0), n)
-            } else {
-                <D::F as Lanes16>::zero()
-            }
-        });
+        for d in &mut dw {
+            *d = D::spread4(*d);
+        }
         for t in 0..NT {
             let xq = x.q.add(t * x.q_stride + (g0 / CHUNK_GROUPS) * CHUNK_BYTES);
             let dx = <D::F as Lanes16>::load(x.tail_d.add(t * CHUNK_GROUPS));
@@ -338,12 +371,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
             let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(t * x.lane_stride + g0)) } else { <D::F as Lanes16>::zero() };
             for r in 0..NR {
                 let psum = K::psum::<D>(&w[r], xq, sums);
-                let dd = <D::F as Lanes16>::mul(dw[r], dx);
-                let mut a = <D::F as Lanes16>::fma(dd, psum.to_f32(), acc[r][t]);
-                if K::OFFSET {
-                    a = <D::F as Lanes16>::fma(mw[r], sx, a);
-                }
-                acc[r][t] = a;
+                acc[r][t] = scale_add::<D::F, K>(acc[r][t], psum.to_f32(), dw[r], dx, mw[r], sx);
             }
         }
     }
@@ -353,6 +381,53 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
         }
     }
     NT
+}
+
+/// Wide chunk `c` of an `NR x NT` tile into `acc` (steps 1 to 4 of the module docs), with
+/// each `(row, token)` dot product formed whole by `K::isum`. `rows`: the tile's code rows;
+/// `d_ptr`: their scales (then Q4_1's offsets); `groups`: per row.
+#[inline(always)]
+unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
+    rows: &[*const u8; NR],
+    d_ptr: &[*const u8; NR],
+    groups: usize,
+    c: usize,
+    x: &Acts,
+    acc: &mut [[D::F; NT]; NR],
+) {
+    let g0 = c * CHUNK_GROUPS;
+    let n = (groups - g0).min(CHUNK_GROUPS);
+    let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+    let (dw, mw) = chunk_scales::<D::F, K, NR>(d_ptr, groups, g0, n);
+    for t in 0..NT {
+        let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
+        let lane = t * x.lane_stride + g0;
+        let dx = <D::F as Lanes16>::load(x.d.add(lane));
+        let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
+        for r in 0..NR {
+            let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane));
+            acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
+        }
+    }
+}
+
+/// The chunk's weight scales `d_w` and (Q4_1) offsets `m_w` of each row, zero past `n` groups.
+#[inline(always)]
+unsafe fn chunk_scales<F: Lanes16, K: Kind, const NR: usize>(d_ptr: &[*const u8; NR], groups: usize, g0: usize, n: usize) -> ([F; NR], [F; NR]) {
+    let dw = per_index!(NR, |r| f16_chunk::<F>(d_ptr[r].add(2 * g0), n));
+    let mw = per_index!(NR, |r| if K::OFFSET { f16_chunk::<F>(d_ptr[r].add(2 * groups + 2 * g0), n) } else { F::zero() });
+    (dw, mw)
+}
+
+/// Steps 2 to 4: `acc = fma(d_w d_x, isum, acc)`, then (Q4_1) `acc = fma(m_w, s_x, acc)`.
+#[inline(always)]
+unsafe fn scale_add<F: Lanes16, K: Kind>(acc: F, isum: F, dw: F, dx: F, mw: F, sx: F) -> F {
+    let a = F::fma(F::mul(dw, dx), isum, acc);
+    if K::OFFSET {
+        F::fma(mw, sx, a)
+    } else {
+        a
+    }
 }
 
 /// The portable twin: plain integer arithmetic.
@@ -492,6 +567,28 @@ mod x86 {
         }
     }
 
+    /// Low and high nibbles of code word `j` of a chunk of `n` groups.
+    #[inline(always)]
+    pub(super) unsafe fn nibble_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
+        let mask = _mm512_set1_epi8(0x0F);
+        let v = word512(codes, j, n);
+        (_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask))
+    }
+
+    /// Q8_0 code words `j` and `j + 4` of a chunk of `n` groups, biased to unsigned
+    /// (`q ^ 0x80 = q + 128`).
+    #[inline(always)]
+    pub(super) unsafe fn biased_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
+        let bias = _mm512_set1_epi8(0x80u8 as i8);
+        (_mm512_xor_si512(word512(codes, j, n), bias), _mm512_xor_si512(word512(codes, j + 4, n), bias))
+    }
+
+    /// `sum - (qsum << SHIFT)` lane-wise (exact: the bounds are at each use).
+    #[inline(always)]
+    pub(super) unsafe fn minus_shifted<const SHIFT: u32>(sum: __m512i, qsum: *const i32) -> __m512i {
+        _mm512_sub_epi32(sum, _mm512_slli_epi32::<SHIFT>(_mm512_loadu_si512(qsum.cast())))
+    }
+
     impl IntLanes for Vnni {
         type F = Avx512;
         type Q4 = [__m512i; 8];
@@ -511,7 +608,7 @@ mod x86 {
         #[inline(always)]
         unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8 {
             let bias = _mm512_set1_epi8(0x80u8 as i8);
-            array(|j| _mm512_xor_si512(word512(codes, j, n), bias))
+            per_index!(8, |j| _mm512_xor_si512(word512(codes, j, n), bias))
         }
         /// Two chains of 4 `vpdpbusd` each; every lane sums at most 32 products of
         /// `15 * 127`, far from overflow.
@@ -555,7 +652,7 @@ mod x86 {
         #[inline(always)]
         unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
             let bias = _mm512_set1_epi8(0x80u8 as i8);
-            array(|h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
+            per_index!(2, |h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
         }
         #[inline(always)]
         unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
@@ -573,6 +670,47 @@ mod x86 {
         unsafe fn spread4(v: Avx512) -> Avx512 {
             let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
             Avx512(_mm512_permutexvar_ps(idx, v.0))
+        }
+        /// Several tokens: word by word, every `(row, token)` integer sum kept in a register,
+        /// so a tile holds two code words per row instead of a whole chunk's eight, and each
+        /// activation word is loaded once for all the tile's rows (8-10% faster than
+        /// `wide_chunk_dots` at 16 tokens, `examples/int8_speed.rs`).
+        #[inline(always)]
+        unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
+            rows: &[*const u8; NR],
+            d_ptr: &[*const u8; NR],
+            groups: usize,
+            c: usize,
+            x: &Acts,
+            acc: &mut [[Avx512; NT]; NR],
+        ) {
+            if NT == 1 {
+                return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
+            }
+            let g0 = c * CHUNK_GROUPS;
+            let n = (groups - g0).min(CHUNK_GROUPS);
+            let mut sums = [[_mm512_setzero_si512(); NT]; NR];
+            for j in 0..4 {
+                let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| K::vnni_words(rows[r].add(g0 * K::CODE_BYTES), n, j));
+                for t in 0..NT {
+                    let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
+                    let lo = _mm512_loadu_si512(xq.add(64 * j).cast());
+                    let hi = _mm512_loadu_si512(xq.add(64 * (j + 4)).cast());
+                    for r in 0..NR {
+                        sums[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sums[r][t], w[r].0, lo), w[r].1, hi);
+                    }
+                }
+            }
+            let (dw, mw) = chunk_scales::<Avx512, K, NR>(d_ptr, groups, g0, n);
+            for t in 0..NT {
+                let lane = t * x.lane_stride + g0;
+                let dx = Avx512::load(x.d.add(lane));
+                let sx = if K::OFFSET { Avx512::load(x.s.add(lane)) } else { Avx512::zero() };
+                for r in 0..NR {
+                    let isum = Vnni(K::vnni_unbias(sums[r][t], x.qsum.add(lane))).to_f32();
+                    acc[r][t] = scale_add::<Avx512, K>(acc[r][t], isum, dw[r], dx, mw[r], sx);
+                }
+            }
         }
     }
 
