@@ -1,6 +1,6 @@
 //! Times one forward pass of the batch engine's decode shape: N sequences with a CACHE-token
 //! cache each (default 128), one new row per sequence (logits for every row), against one sequence
-//! prefilling N tokens (logits for the last row only), on the default model. Not a test:
+//! with the same cache prefilling N tokens (logits for the last row only), on the default model. Not a test:
 //! prints medians of repeated passes.
 //!
 //! `cargo run --release --example batch_pass [-- N THREADS PRECISION CACHE]` (default 16 2
@@ -63,10 +63,11 @@ fn main() {
             .collect(),
     );
     let mut cache = KvCache::new(&model.config, 512).unwrap();
+    model.forward(&pool, &mut cache, &mut scratch, &prompt, LogitRows::None).unwrap();
     let prefill = median(
         (0..reps)
             .map(|_| {
-                cache.truncate(128);
+                cache.truncate(cached);
                 let s = Instant::now();
                 model.forward(&pool, &mut cache, &mut scratch, &tokens, LogitRows::Last).unwrap();
                 s.elapsed().as_secs_f64()
