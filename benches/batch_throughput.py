@@ -1,7 +1,7 @@
 """Aggregate throughput of reprolm's batch engine against llama.cpp's batched decoding.
 
     python benches/batch_throughput.py [--model PATH] [--threads 2] [--concurrency 1 4 16 64]
-                                       [--precision float32 int8] [--llamacpp-bin DIR]
+                                       [--precision float32 int8] [--rounds 1] [--llamacpp-bin DIR]
 
 For each concurrency N, N requests with different 128-token prompts are submitted at once
 and each generates 128 tokens (the end-of-sequence token is banned, so every request runs to
@@ -20,7 +20,10 @@ sequences, tokens/s) and S (prompt processing and decoding together, all tokens/
 decodes without sampling, so compare its S_TG with reprolm's decode tok/s.
 
 Each reprolm measurement runs after a warm-up run at the same concurrency, in the same process
-(one model per precision). Name the CPU with the numbers: the script prints it.
+(one model per precision). With ``--rounds R`` every concurrency is measured R times, the
+rounds going through all concurrencies in turn (so a slow period of a shared machine falls on
+all of them, the single sequence included), and each column is the median of its R values.
+Name the CPU with the numbers: the script prints it.
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--precision", nargs="+", default=["float32", "int8"])
+    parser.add_argument("--rounds", type=int, default=1, help="measurements per concurrency (medians reported)")
     parser.add_argument("--llamacpp-bin", default=str(Path.home() / ".cache/llamacpp-tools/bin"))
     args = parser.parse_args()
     model_path = args.model or str(reprolm.default_model_path())
@@ -130,23 +134,27 @@ def main() -> None:
     for precision in args.precision:
         model = reprolm.Model.load(model_path, threads=args.threads, precision=precision,
                                    max_concurrent=max(args.concurrency))
-        single = None
-        print(f"\nreprolm precision={precision}")
+        print(f"\nreprolm precision={precision}" + (f" (medians of {args.rounds} rounds)" if args.rounds > 1 else ""))
         print("  N  sampler   total tok/s  decode tok/s  x single  ttft p50/p99 ms   itl p50/p99 ms"
               + ("   llama.cpp S_TG    S   decode ratio" if llama else ""))
-        for n in args.concurrency:
-            for sampled in (False, True):
-                run_reprolm(model, n, sampled)  # warm-up
-                r = run_reprolm(model, n, sampled)
-                if n == 1 and not sampled:
-                    single = r["decode"]
-                line = (f"{n:3d}  {'sampled' if sampled else 'greedy ':8s} {r['total']:11.1f}  {r['decode']:12.1f}"
-                        f"  {r['decode'] / single if single else float('nan'):7.2f}x"
-                        f"  {r['ttft50']:7.1f}/{r['ttft99']:<7.1f}  {r['itl50']:6.2f}/{r['itl99']:<6.2f}")
-                if llama and n in llama:
-                    lr = llama[n]
-                    line += f"   {lr['s_tg']:13.1f} {lr['s']:6.1f}   {r['decode'] / lr['s_tg']:5.2f}x"
-                print(line, flush=True)
+        cases = [(n, sampled) for n in args.concurrency for sampled in (False, True)]
+        runs: dict[tuple[int, bool], list[dict[str, float]]] = {case: [] for case in cases}
+        for round_ in range(args.rounds):
+            for n, sampled in cases:
+                if round_ == 0:
+                    run_reprolm(model, n, sampled)  # warm-up
+                runs[(n, sampled)].append(run_reprolm(model, n, sampled))
+        median = {case: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for case, rs in runs.items()}
+        single = median[(1, False)]["decode"] if (1, False) in median else None
+        for n, sampled in cases:
+            r = median[(n, sampled)]
+            line = (f"{n:3d}  {'sampled' if sampled else 'greedy ':8s} {r['total']:11.1f}  {r['decode']:12.1f}"
+                    f"  {r['decode'] / single if single else float('nan'):7.2f}x"
+                    f"  {r['ttft50']:7.1f}/{r['ttft99']:<7.1f}  {r['itl50']:6.2f}/{r['itl99']:<6.2f}")
+            if llama and n in llama:
+                lr = llama[n]
+                line += f"   {lr['s_tg']:13.1f} {lr['s']:6.1f}   {r['decode'] / lr['s_tg']:5.2f}x"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
