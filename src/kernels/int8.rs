@@ -37,9 +37,6 @@
 
 use std::ops::Range;
 
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::__m512i;
-
 use super::lanes::{Lanes16, Scalar16};
 use super::packed::{code_bytes, is_int8_packable};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
@@ -151,23 +148,17 @@ pub(crate) trait Kind {
     type T<D: IntLanes>: Copy;
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
     unsafe fn psum<D: IntLanes>(w: &Self::T<D>, x: *const i8, sums: *const i32) -> D;
-    /// Code words `j` and `j + 4` (`j < 4`) of a wide chunk of `n` groups, as `vpdpbusd`'s
-    /// unsigned operand against activation words `j` and `j + 4`.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i);
-    /// A chunk's sum of `vnni_words` products made the exact `isum`: Q4_0 subtracts
-    /// `8 * qsum`, Q8_0 `128 * qsum` (`qsum`: the chunk's 16 activation code sums).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn vnni_unbias(sum: __m512i, _qsum: *const i32) -> __m512i {
-        sum
-    }
+    /// `log2` of the bias of the unsigned codes the SIMD dot products take, whose
+    /// `bias * qsum_x` is subtracted after: Q4_0's nibbles are `q + 8`, Q8_0's bytes are
+    /// biased by 128 for `vpdpbusd`; Q4_1's nibbles are the codes.
+    const BIAS_LOG2: Option<u32>;
 }
 
 struct KQ4_0;
 impl Kind for KQ4_0 {
     const CODE_BYTES: usize = 16;
     const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = Some(3);
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q4 {
@@ -187,22 +178,13 @@ impl Kind for KQ4_0 {
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
         D::dot_t4(w, x).minus_8_qsum(sums)
     }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
-        x86::nibble_words(codes, n, j)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn vnni_unbias(sum: __m512i, qsum: *const i32) -> __m512i {
-        x86::minus_shifted::<3>(sum, qsum)
-    }
 }
 
 struct KQ4_1;
 impl Kind for KQ4_1 {
     const CODE_BYTES: usize = 16;
     const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q4 {
@@ -221,17 +203,13 @@ impl Kind for KQ4_1 {
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
         D::dot_t4(w, x)
     }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
-        x86::nibble_words(codes, n, j)
-    }
 }
 
 struct KQ8_0;
 impl Kind for KQ8_0 {
     const CODE_BYTES: usize = 32;
     const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = Some(7);
     type W<D: IntLanes> = D::Q8;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q8 {
@@ -249,16 +227,6 @@ impl Kind for KQ8_0 {
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
         D::dot_t8(w, x, sums)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn vnni_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
-        x86::biased_words(codes, n, j)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn vnni_unbias(sum: __m512i, qsum: *const i32) -> __m512i {
-        x86::minus_shifted::<7>(sum, qsum)
     }
 }
 
@@ -567,26 +535,19 @@ mod x86 {
         }
     }
 
-    /// Low and high nibbles of code word `j` of a chunk of `n` groups.
+    /// Code words `j` and `j + 4` (`j < 4`) of a wide chunk of `n` groups as `vpdpbusd`'s
+    /// unsigned operand, against activation words `j` and `j + 4`: the low and high nibbles of
+    /// word `j` (Q4), or words `j` and `j + 4` biased (Q8_0, `q ^ 0x80 = q + 128`).
     #[inline(always)]
-    pub(super) unsafe fn nibble_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
-        let mask = _mm512_set1_epi8(0x0F);
-        let v = word512(codes, j, n);
-        (_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask))
-    }
-
-    /// Q8_0 code words `j` and `j + 4` of a chunk of `n` groups, biased to unsigned
-    /// (`q ^ 0x80 = q + 128`).
-    #[inline(always)]
-    pub(super) unsafe fn biased_words(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
-        let bias = _mm512_set1_epi8(0x80u8 as i8);
-        (_mm512_xor_si512(word512(codes, j, n), bias), _mm512_xor_si512(word512(codes, j + 4, n), bias))
-    }
-
-    /// `sum - (qsum << SHIFT)` lane-wise (exact: the bounds are at each use).
-    #[inline(always)]
-    pub(super) unsafe fn minus_shifted<const SHIFT: u32>(sum: __m512i, qsum: *const i32) -> __m512i {
-        _mm512_sub_epi32(sum, _mm512_slli_epi32::<SHIFT>(_mm512_loadu_si512(qsum.cast())))
+    unsafe fn word_pair<K: Kind>(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
+        if K::CODE_BYTES == 16 {
+            let mask = _mm512_set1_epi8(0x0F);
+            let v = word512(codes, j, n);
+            (_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask))
+        } else {
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            (_mm512_xor_si512(word512(codes, j, n), bias), _mm512_xor_si512(word512(codes, j + 4, n), bias))
+        }
     }
 
     impl IntLanes for Vnni {
@@ -691,7 +652,7 @@ mod x86 {
             let n = (groups - g0).min(CHUNK_GROUPS);
             let mut sums = [[_mm512_setzero_si512(); NT]; NR];
             for j in 0..4 {
-                let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| K::vnni_words(rows[r].add(g0 * K::CODE_BYTES), n, j));
+                let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| word_pair::<K>(rows[r].add(g0 * K::CODE_BYTES), n, j));
                 for t in 0..NT {
                     let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
                     let lo = _mm512_loadu_si512(xq.add(64 * j).cast());
@@ -707,7 +668,12 @@ mod x86 {
                 let dx = Avx512::load(x.d.add(lane));
                 let sx = if K::OFFSET { Avx512::load(x.s.add(lane)) } else { Avx512::zero() };
                 for r in 0..NR {
-                    let isum = Vnni(K::vnni_unbias(sums[r][t], x.qsum.add(lane))).to_f32();
+                    // The bias times the activation code sums: exact (bounds in `dot_q8`).
+                    let isum = match K::BIAS_LOG2 {
+                        Some(k) => _mm512_sub_epi32(sums[r][t], _mm512_sll_epi32(_mm512_loadu_si512(x.qsum.add(lane).cast()), _mm_cvtsi32_si128(k as i32))),
+                        None => sums[r][t],
+                    };
+                    let isum = Vnni(isum).to_f32();
                     acc[r][t] = scale_add::<Avx512, K>(acc[r][t], isum, dw[r], dx, mw[r], sx);
                 }
             }
