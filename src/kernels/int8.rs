@@ -45,7 +45,7 @@ use crate::tensor::KernelGroup;
 
 /// `[e(0), e(1), ..., e(n - 1)]` for an expression `e` of the index, written in place rather
 /// than in a closure: a closure does not inherit the caller's target features, so its
-/// intrinsics can stay calls (as `std::array::from_fn` and `map` showed here).
+/// intrinsics can stay calls (a closure-taking helper here once compiled to one).
 macro_rules! per_index {
     ($n:expr, |$i:ident| $e:expr) => {{
         let mut out = {
