@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="measurements per concurrency (medians reported)")
     parser.add_argument("--llamacpp-bin", default=str(Path.home() / ".cache/llamacpp-tools/bin"))
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     model_path = args.model or str(reprolm.default_model_path())
     print(f"{cpu_name()}, {os.cpu_count()} cores; {args.threads} threads; {Path(model_path).name}; "
           f"{PROMPT_TOKENS}-token prompts, {NEW_TOKENS} new tokens each")
