@@ -1,7 +1,8 @@
 """Aggregate throughput of reprolm's batch engine against llama.cpp's batched decoding.
 
     python benches/batch_throughput.py [--model PATH] [--threads 2] [--concurrency 1 4 16 64]
-                                       [--precision float32 int8] [--rounds 1] [--llamacpp-bin DIR]
+                                       [--precision float32 int8] [--kv-dtype f32 f16] [--rounds 1]
+                                       [--llamacpp-bin DIR]
 
 For each concurrency N, N requests with different 128-token prompts are submitted at once
 and each generates 128 tokens (the end-of-sequence token is banned, so every request runs to
@@ -17,7 +18,9 @@ its length), greedy and sampled (temperature 0.8, top-p 0.95, a seed per request
 llama.cpp: ``llama-batched-bench`` (built by ``../shared/tools/llamacpp-tools.sh``) on the same
 file with ``-npp 128 -ntg 128 -npl N`` and the same thread count: its S_TG (batched decode of N
 sequences, tokens/s) and S (prompt processing and decoding together, all tokens/s) per N. It
-decodes without sampling, so compare its S_TG with reprolm's decode tok/s.
+decodes without sampling, so compare its S_TG with reprolm's decode tok/s. Its KV cache is
+f16 (llama.cpp's default); reprolm's is f32 unless ``--kv-dtype f16`` (each listed type is
+measured with each precision).
 
 Each reprolm measurement runs after a warm-up run at the same concurrency, in the same process
 (one model per precision). With ``--rounds R`` every concurrency is measured R times, the
@@ -118,6 +121,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--precision", nargs="+", default=["float32", "int8"])
+    parser.add_argument("--kv-dtype", nargs="+", default=["f32"], choices=["f32", "f16"])
     parser.add_argument("--rounds", type=int, default=1, help="measurements per concurrency (medians reported)")
     parser.add_argument("--llamacpp-bin", default=str(Path.home() / ".cache/llamacpp-tools/bin"))
     args = parser.parse_args()
@@ -133,10 +137,11 @@ def main() -> None:
     else:
         print(f"(no llama-batched-bench in {args.llamacpp_bin}: llama.cpp columns left out)")
 
-    for precision in args.precision:
+    for precision, kv_dtype in [(p, k) for p in args.precision for k in args.kv_dtype]:
         model = reprolm.Model.load(model_path, threads=args.threads, precision=precision,
-                                   max_concurrent=max(args.concurrency))
-        print(f"\nreprolm precision={precision}" + (f" (medians of {args.rounds} rounds)" if args.rounds > 1 else ""))
+                                   max_concurrent=max(args.concurrency), kv_dtype=kv_dtype)
+        print(f"\nreprolm precision={precision} kv_dtype={kv_dtype}"
+              + (f" (medians of {args.rounds} rounds)" if args.rounds > 1 else ""))
         print("  N  sampler   total tok/s  decode tok/s  x single  ttft p50/p99 ms   itl p50/p99 ms"
               + ("   llama.cpp S_TG    S   decode ratio" if llama else ""))
         cases = [(n, sampled) for n in args.concurrency for sampled in (False, True)]

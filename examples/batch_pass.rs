@@ -3,13 +3,14 @@
 //! with the same cache prefilling N tokens (logits for the last row only), on the default model. Not a test:
 //! prints medians of repeated passes.
 //!
-//! `cargo run --release --example batch_pass [-- N THREADS PRECISION CACHE]` (default 16 2
-//! float32 128; CACHE at most 511). Two runs with different CACHE tell the attention's share.
+//! `cargo run --release --example batch_pass [-- N THREADS PRECISION CACHE KV_DTYPE]` (default
+//! 16 2 float32 128 f32; CACHE at most 511). Two runs with different CACHE tell the attention's
+//! share.
 
 use std::time::Instant;
 
 use reprolm::engine::{Engine, LoadOptions};
-use reprolm::model::{KvCache, LogitRows, Scratch, SeqInput};
+use reprolm::model::{KvCache, KvCacheOptions, KvDtype, LogitRows, Scratch, SeqInput};
 use reprolm::threads::ThreadPool;
 
 fn model_path() -> std::path::PathBuf {
@@ -33,13 +34,15 @@ fn main() {
     let precision = args.get(3).cloned().unwrap_or_else(|| "float32".into());
     let cached: usize = args.get(4).map_or(128, |s| s.parse().expect("CACHE"));
     assert!((1..512).contains(&cached), "CACHE: 1 to 511 positions (the caches hold 512)");
+    let dtype = KvDtype::parse(args.get(5).map_or("f32", |s| s.as_str())).expect("KV_DTYPE: f32 or f16");
+    let cache_options = KvCacheOptions { dtype, ..KvCacheOptions::new(512) };
     let options = LoadOptions { threads: Some(1), precision: Some(precision.clone()), ..LoadOptions::default() };
     let engine = Engine::load(model_path(), &options).expect("model loads");
     let model = &engine.llama;
     let pool = ThreadPool::new(threads).unwrap();
     let mut scratch = Scratch::default();
     let prompt: Vec<u32> = (0..cached as u32).map(|i| 100 + i * 37).collect();
-    let mut caches: Vec<KvCache> = (0..n).map(|_| KvCache::new(&model.config, 512).unwrap()).collect();
+    let mut caches: Vec<KvCache> = (0..n).map(|_| KvCache::with_options(&model.config, &cache_options).unwrap()).collect();
     for cache in &mut caches {
         model.forward(&pool, cache, &mut scratch, &prompt, LogitRows::None).unwrap();
     }
@@ -62,7 +65,7 @@ fn main() {
             })
             .collect(),
     );
-    let mut cache = KvCache::new(&model.config, 512).unwrap();
+    let mut cache = KvCache::with_options(&model.config, &cache_options).unwrap();
     model.forward(&pool, &mut cache, &mut scratch, &prompt, LogitRows::None).unwrap();
     let prefill = median(
         (0..reps)
@@ -75,7 +78,8 @@ fn main() {
             .collect(),
     );
     println!(
-        "{precision}, {threads} threads, {} kernels: {n} sequences x 1 row: {:.2} ms ({:.1} rows/s) | 1 sequence x {n} rows: {:.2} ms",
+        "{precision}, {} cache, {threads} threads, {} kernels: {n} sequences x 1 row: {:.2} ms ({:.1} rows/s) | 1 sequence x {n} rows: {:.2} ms",
+        dtype.name(),
         model.isa.name(),
         decode * 1e3,
         n as f64 / decode,

@@ -110,6 +110,7 @@ class Model:
         max_queue: Optional[int] = None,
         max_batch_tokens: Optional[int] = None,
         kv_memory: Optional[int] = None,
+        kv_dtype: KvDtype = "f32",
     ) -> "Model":
         """Loads a GGUF file, or a known model by name (``"smollm2-135m"``,
         ``"gemma3-270m"``: see :func:`reprolm.known_models`), fetched into the cache on first
@@ -128,11 +129,15 @@ class Model:
         (default 64), ``max_queue`` requests waiting for them (default: no limit; beyond it
         :class:`EngineOverloadedError`), ``max_batch_tokens`` rows per forward pass (default
         512), ``kv_memory`` bytes of KV cache for all running sequences (default: a quarter of
-        the memory available at load time). None of them changes any result.
+        the memory available at load time). None of them changes any result. ``kv_dtype``: the
+        number type of the engine's KV caches, ``"f32"`` (default) or ``"f16"`` (half the
+        memory and memory traffic, as for :meth:`session`; every result is then a
+        :meth:`session` with ``kv_dtype="f16"``'s, bit for bit).
         """
         engine = _core.Engine(
             resolve_model(path), threads=threads, isa=isa, precision=precision, max_concurrent=max_concurrent,
             max_queue=max_queue, max_batch_tokens=max_batch_tokens, kv_memory=kv_memory,
+            kv_dtype=kv_dtype,
         )
         return cls(engine)
 
@@ -162,8 +167,14 @@ class Model:
 
     @property
     def kv_bytes_per_position(self) -> int:
-        """Bytes of keys and values one position of a sequence takes in a float32 cache."""
+        """Bytes of keys and values one position of a sequence takes in the batch engine's
+        caches (:attr:`kv_dtype`)."""
         return self._engine.kv_bytes_per_position
+
+    @property
+    def kv_dtype(self) -> KvDtype:
+        """The number type of the batch engine's KV caches: ``"f32"`` or ``"f16"``."""
+        return cast(KvDtype, self._engine.kv_dtype)
 
     def engine_stats(self) -> EngineStats:
         """What the batch engine is doing now (all zeros before the first request)."""
@@ -176,7 +187,7 @@ class Model:
 
     def __repr__(self) -> str:
         return (f"Model({str(self.path)!r}, threads={self.threads}, isa={self.isa!r}, "
-                f"precision={self.precision!r})")
+                f"precision={self.precision!r}, kv_dtype={self.kv_dtype!r})")
 
     def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         """Token ids of ``text``. With ``special=True``, special-token strings such as

@@ -37,7 +37,7 @@ def _model_path(args: argparse.Namespace) -> Path:
 
 
 def _load(args: argparse.Namespace) -> Model:
-    return Model.load(_model_path(args), threads=args.threads, precision=args.precision)
+    return Model.load(_model_path(args), threads=args.threads, precision=args.precision, kv_dtype=args.kv_dtype)
 
 
 _SAMPLING_FLAGS = ("top_k", "top_p", "min_p", "seed")
@@ -213,6 +213,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no such file: {path}")
     config = ServerConfig(
         model_path=path, host=args.host, port=args.port, threads=args.threads, precision=args.precision,
+        kv_dtype=args.kv_dtype,
         max_concurrent=args.max_concurrent, max_queue=args.max_queue, context_length=args.context_length,
         api_key=args.api_key, alias=args.alias, max_body_bytes=args.max_body_bytes, grace_period=args.grace_period,
         max_batch_tokens=args.max_batch_tokens,
@@ -258,13 +259,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     ids = (base * (args.prompt_tokens // len(base) + 1))[: args.prompt_tokens]
     prefill: list[float] = []
     decode: list[float] = []
-    print(f"{model.path.name}: {model.threads} threads, {model.isa} kernels, {model.precision}; "
+    print(f"{model.path.name}: {model.threads} threads, {model.isa} kernels, {model.precision}, "
+          f"{model.kv_dtype} KV cache; "
           f"{args.prompt_tokens} prompt tokens, {args.gen_tokens} generated, {args.repeats} repeats",
           file=sys.stderr)
     with ProgressBar("bench", args.repeats * (1 + args.gen_tokens)) as bar:
         done = 0
         for _ in range(args.repeats):
-            session = model.session(context_length=args.prompt_tokens + args.gen_tokens)
+            session = model.session(context_length=args.prompt_tokens + args.gen_tokens, kv_dtype=model.kv_dtype)
             start = time.perf_counter()
             logits = session.prefill(ids)
             prefill.append(args.prompt_tokens / (time.perf_counter() - start))
@@ -330,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--precision", choices=["float32", "int8"], default="float32",
                            help="matmul arithmetic: float32 (default, reference-exact) or int8 "
                                 "(int8 activations: faster, deterministic, not reference-exact)")
+            p.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32",
+                           help="number type of the KV caches: f32 (default, reference-exact) or f16 "
+                                "(half the memory and memory traffic; deterministic, not reference-exact)")
 
     def add_sampling_options(p: argparse.ArgumentParser, max_tokens: int) -> None:
         p.add_argument("--max-tokens", "-n", type=int, default=max_tokens,

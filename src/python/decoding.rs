@@ -14,7 +14,7 @@ use super::speculative::{stats_tuple, PySpeculative, StatsTuple};
 use super::PyEngine;
 use crate::decode::speculative::{self, DraftModel, Drafter, SpeculationStats};
 use crate::decode::{self, Beam, Generation, LanguageModel, Request, StopConditions};
-use crate::engine::Session;
+use crate::engine::{Session, SessionOptions};
 use crate::error::{Error, Result};
 
 /// One beam as Python sees it: (ids, log-probability, score, finished).
@@ -78,15 +78,16 @@ impl BeamArgs {
     }
 }
 
-/// A session on `engine` large enough for `prompt_len + max_tokens` positions, or
-/// `ContextOverflow` when the model's context is shorter.
-pub(super) fn session_for(engine: &Arc<crate::engine::Engine>, prompt_len: usize, max_tokens: usize) -> Result<Session> {
+/// A session on `engine` large enough for `prompt_len + max_tokens` positions, its cache of
+/// the batch engine's number type, or `ContextOverflow` when the model's context is shorter.
+pub(super) fn session_for(engine: &PyEngine, prompt_len: usize, max_tokens: usize) -> Result<Session> {
     let needed = prompt_len + max_tokens;
-    let allowed = engine.config().context_length;
+    let allowed = engine.engine.config().context_length;
     if needed > allowed {
         return Err(Error::ContextOverflow { requested: needed, allowed });
     }
-    Session::new(Arc::clone(engine), needed)
+    let options = SessionOptions { context_length: Some(needed), kv_dtype: engine.batch_options.kv_dtype, ..Default::default() };
+    Session::with_options(Arc::clone(&engine.engine), &options)
 }
 
 /// Beam search on a loaded model: [(ids, logprob, score, finished)] ranked by score.
@@ -100,11 +101,10 @@ fn engine_beam_search(
     max_tokens: i64,
     length_penalty: f64,
 ) -> PyResult<Vec<BeamTuple>> {
-    let engine = Arc::clone(&engine.engine);
-    let args = BeamArgs::new(engine.config().vocab_size, ids, beam_width, max_tokens, length_penalty).py()?;
+    let args = BeamArgs::new(engine.engine.config().vocab_size, ids, beam_width, max_tokens, length_penalty).py()?;
     let beams = py
         .detach(|| {
-            let mut session = session_for(&engine, args.prompt.len(), args.max_tokens)?;
+            let mut session = session_for(engine, args.prompt.len(), args.max_tokens)?;
             args.run(&mut session)
         })
         .py()?;

@@ -26,6 +26,7 @@ use crate::batch::{BatchEngine, BatchOptions};
 use crate::engine::{Engine, LoadOptions, Session};
 use crate::error::Error;
 use crate::gguf::GgufFile;
+use crate::model::KvDtype;
 use crate::tensor::{dequantize_row, ggml_type_info, GgmlType};
 use errors::IntoPyResult;
 
@@ -121,7 +122,7 @@ pub(crate) fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
 impl PyEngine {
     #[new]
     #[pyo3(signature = (path, *, threads=None, isa=None, precision=None, max_concurrent=None, max_queue=None,
-                        max_batch_tokens=None, kv_memory=None))]
+                        max_batch_tokens=None, kv_memory=None, kv_dtype=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -133,6 +134,7 @@ impl PyEngine {
         max_queue: Option<i64>,
         max_batch_tokens: Option<i64>,
         kv_memory: Option<i64>,
+        kv_dtype: Option<String>,
     ) -> PyResult<Self> {
         let threads = threads
             .map(|t| usize::try_from(t).map_err(|_| Error::invalid_argument("threads", format!("{t} is not positive"))))
@@ -151,6 +153,9 @@ impl PyEngine {
         set(&mut batch_options.max_queue, "max_queue", max_queue)?;
         set(&mut batch_options.max_batch_tokens, "max_batch_tokens", max_batch_tokens)?;
         set(&mut batch_options.kv_memory, "kv_memory", kv_memory)?;
+        if let Some(name) = kv_dtype {
+            batch_options.kv_dtype = KvDtype::parse(&name).py()?;
+        }
         if max_batch_tokens.is_none() {
             batch_options.max_batch_tokens = batch_options.max_batch_tokens.max(batch_options.max_concurrent);
         }
@@ -173,10 +178,16 @@ impl PyEngine {
         (s.waiting, s.running, s.kv_bytes, s.passes, s.prompt_tokens, s.generated_tokens)
     }
 
-    /// Bytes of keys and values one position takes in an f32 cache.
+    /// Bytes of keys and values one position takes in the batch engine's caches.
     #[getter]
     fn kv_bytes_per_position(&self) -> usize {
-        self.engine.kv_bytes_per_position(crate::model::KvDtype::F32)
+        self.engine.kv_bytes_per_position(self.batch_options.kv_dtype)
+    }
+
+    /// The number type of the batch engine's caches.
+    #[getter]
+    fn kv_dtype(&self) -> &'static str {
+        self.batch_options.kv_dtype.name()
     }
 
     /// Ids of requests with new chunks, waiting up to `timeout` seconds (asyncio dispatcher).

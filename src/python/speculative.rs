@@ -135,7 +135,6 @@ impl PySpeculative {
 #[pyfunction]
 fn solo_session(py: Python<'_>, engine: &PyEngine, prompt_len: usize, max_tokens: i64) -> PyResult<PySession> {
     let max_tokens = count("max_tokens", max_tokens).py()?;
-    let engine = &engine.engine;
     py.detach(|| session_for(engine, prompt_len, max_tokens)).map(PySession::wrap).py()
 }
 

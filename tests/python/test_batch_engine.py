@@ -53,8 +53,8 @@ def cases(vocab_size: int) -> list[Case]:
     return out
 
 
-def run_alone(model: reprolm.Model, case: Case) -> reprolm.Completion:
-    session = model.session(context_length=len(case.prompt) + case.max_tokens)
+def run_alone(model: reprolm.Model, case: Case, kv_dtype: Any = "f32") -> reprolm.Completion:
+    session = model.session(context_length=len(case.prompt) + case.max_tokens, kv_dtype=kv_dtype)
     return session.generate(case.prompt, max_tokens=case.max_tokens, sampler=case.sampler, stop=case.stop,
                             logprobs=case.logprobs)
 
@@ -98,17 +98,18 @@ def assert_same_bits(got: reprolm.Completion, expected: reprolm.Completion, what
     assert got.steps == expected.steps, what
 
 
-@pytest.mark.parametrize("precision", ["float32", "int8"])
-def test_batch_invariance_across_threads_and_arrival(model_path: Path, precision: str) -> None:
+@pytest.mark.parametrize("precision,kv_dtype", [("float32", "f32"), ("int8", "f32"), ("int8", "f16")])
+def test_batch_invariance_across_threads_and_arrival(model_path: Path, precision: str, kv_dtype: Any) -> None:
     reference_model = reprolm.Model.load(model_path, threads=2, precision=precision)
     all_cases = cases(reference_model.config.vocab_size)
-    alone = [run_alone(reference_model, c) for c in all_cases]
+    alone = [run_alone(reference_model, c, kv_dtype) for c in all_cases]
     assert any(c.finish_reason == "stop" for c in alone) and any(c.finish_reason == "length" for c in alone)
     for threads in (1, 2, 3):
         # Small passes and few slots, so that prompts are split into chunks, requests wait for
         # admission, and every pass mixes prefill chunks with other sequences' decode rows.
         model = reprolm.Model.load(model_path, threads=threads, precision=precision, max_concurrent=6,
-                                   max_batch_tokens=64)
+                                   max_batch_tokens=64, kv_dtype=kv_dtype)
+        assert model.kv_dtype == kv_dtype
         for i, (got, expected) in enumerate(zip(run_batched(model, all_cases), alone)):
             assert_same_bits(got, expected, f"case {i} (prompt of {len(all_cases[i].prompt)}), {threads} threads")
 
@@ -177,6 +178,30 @@ def rss_bytes() -> int:
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
+
+
+def test_f16_caches_take_half_the_bytes(model_path: Path, model: reprolm.Model) -> None:
+    f16 = reprolm.Model.load(model_path, threads=2, kv_dtype="f16")
+    assert (model.kv_dtype, f16.kv_dtype) == ("f32", "f16")
+    assert 2 * f16.kv_bytes_per_position == model.kv_bytes_per_position == f16.config.n_layers * 2 * 4 * (
+        f16.config.n_kv_heads * f16.config.head_dim)
+    request = f16.submit("Once upon a time", max_tokens=200)
+    chunks = iter(request)
+    next(chunks)
+    assert f16.engine_stats().kv_bytes == (len(request.prompt_token_ids) + 200) * f16.kv_bytes_per_position
+    request.cancel()
+    # Every path of the model uses its caches' type: batched, speculative and beam search
+    # give the bits of an f16 session's (which differ from an f32 cache's).
+    prompt = "The quick brown fox jumps over the lazy dog. The quick brown"
+    options: dict[str, Any] = {"max_tokens": 12, "logprobs": 1, "sampler": reprolm.Sampler(temperature=1.0, seed=3)}
+    alone = f16.session(kv_dtype="f16").generate(prompt, **options)
+    assert alone.logprobs != model.session().generate(prompt, **options).logprobs
+    assert f16.generate(prompt, **options) == alone
+    assert f16.generate(prompt, **options, speculative="lookup").logprobs == alone.logprobs
+    beams = [f16.beam_search(prompt, beam_width=2, max_tokens=6), model.beam_search(prompt, beam_width=2, max_tokens=6)]
+    assert beams[0][0].logprob != beams[1][0].logprob
+    with pytest.raises(reprolm.InvalidArgumentError, match="kv_dtype"):
+        reprolm.Model.load(model_path, kv_dtype="f8")  # type: ignore[arg-type]
 
 
 def test_memory_stays_flat_over_2000_requests(model_path: Path) -> None:

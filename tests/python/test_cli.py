@@ -43,6 +43,9 @@ def test_generate_streams_the_greedy_reference(generations: list[dict[str, Any]]
     assert "finish_reason: length" in out.stderr
     stopped = run("generate", g["prompt"], "-n", "6", "--stop", ".", "--no-echo")
     assert stopped.stdout == " Paris\n"
+    f16 = run("generate", g["prompt"], "-n", "24", "--no-echo", "--kv-dtype", "f16")
+    alone = Model.load(default_model_path()).session(kv_dtype="f16").generate(g["prompt"], max_tokens=24)
+    assert f16.stdout == alone.text + "\n"
 
 
 def test_chat_keeps_history(generations: list[dict[str, Any]]) -> None:
@@ -74,6 +77,10 @@ def test_bench_reports_speeds_with_progress() -> None:
     assert [line.split()[0] for line in lines] == ["prefill", "decode"]
     assert all(float(line.split()[1]) > 0 for line in lines)
     assert "100%" in out.stderr and "5/5" in out.stderr
+    assert "float32, f32 KV cache" in out.stderr
+    f16 = run("bench", "-p", "16", "-n", "4", "-r", "1", "--precision", "int8", "--kv-dtype", "f16")
+    assert f16.returncode == 0, f16.stderr
+    assert "int8, f16 KV cache" in f16.stderr
 
 
 def test_download_prints_the_cached_path(model_path: Path) -> None:

@@ -386,7 +386,7 @@ def test_disconnect_cancels_the_sequence(server: ServerProcess, stream: bool) ->
 def small_server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(model_path, tmp_path_factory.mktemp("small") / "server.log", "--max-concurrent", "1",
                          "--max-queue", "1", "--max-body-bytes", "1000", "--grace-period", "1",
-                         "--context-length", "3500", "--alias", "tiny", api_key=None)
+                         "--context-length", "3500", "--alias", "tiny", "--kv-dtype", "f16", api_key=None)
     try:
         yield proc
     finally:
@@ -418,6 +418,17 @@ def test_over_capacity_gets_429_with_retry_after(small_server: ServerProcess) ->
         r = http.post("/v1/completions", json={"model": "tiny", "prompt": "Hi", "max_tokens": 4000})
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
         assert r.json()["error"]["param"] == "max_tokens" and "3500" in r.json()["error"]["message"]
+
+
+def test_the_kv_dtype_option_reaches_the_engine(small_server: ServerProcess, model: reprolm.Model) -> None:
+    prompt = "The weather today is"
+    sampler = reprolm.Sampler(temperature=0.8, seed=3)
+    f16 = model.session(kv_dtype="f16").generate(prompt, max_tokens=6, sampler=sampler, logprobs=1)
+    f32 = model.generate(prompt, max_tokens=6, sampler=sampler, logprobs=1)
+    client = openai.OpenAI(base_url=f"{small_server.url}/v1", api_key="none", max_retries=0)
+    out = client.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0.8, seed=3, logprobs=1)
+    lp = out.choices[0].logprobs
+    assert lp is not None and lp.token_logprobs == [s.logprob for s in f16.steps] != [s.logprob for s in f32.steps]
 
 
 def test_health_is_503_while_loading_and_a_failed_load_exits(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import errors
 from .._core import __version__
 from .._decoding import StepInfo
-from .._model import EngineStats, Model, Precision
+from .._model import EngineStats, KvDtype, Model, Precision
 from ..grammar import Grammar
 from .._request import Request
 from .._results import Chunk
@@ -66,6 +66,8 @@ class ServerConfig:
     threads: Optional[int] = None
     """Engine worker threads (default: all cores)."""
     precision: Precision = "float32"
+    kv_dtype: KvDtype = "f32"
+    """The number type of the engine's KV caches (``"f16"`` halves their memory)."""
     max_concurrent: int = 64
     """Sequences computed together by the batch engine (each choice of a request is one)."""
     max_queue: int = 256
@@ -165,7 +167,7 @@ class _Server:
         c = self.config
         try:
             fingerprint = model_fingerprint(c.model_path)
-            model = Model.load(c.model_path, threads=c.threads, precision=c.precision,
+            model = Model.load(c.model_path, threads=c.threads, precision=c.precision, kv_dtype=c.kv_dtype,
                                max_concurrent=c.max_concurrent, max_batch_tokens=c.max_batch_tokens)
         except Exception as e:  # reported by /health and the log; the server then exits
             self.load_error = f"{type(e).__name__}: {e}"
