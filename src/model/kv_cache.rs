@@ -23,6 +23,7 @@
 //! written). Values are stored rounded to the storage type (f16: round to nearest even) when
 //! written, before attention reads them, so prefill and decode read the same bits.
 
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use std::ops::Range;
 
 use crate::error::{Error, Result};
@@ -161,11 +162,8 @@ impl Store {
     fn put(&mut self, at: usize, src: &[f32]) {
         match self {
             Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
-            Store::F16(v) => {
-                for (d, &s) in v[at..at + src.len()].iter_mut().zip(src) {
-                    *d = half::f16::from_f32(s).to_bits();
-                }
-            }
+            // Rounded to nearest even, like `f16::from_f32`, by F16C when the CPU has it.
+            Store::F16(v) => v[at..at + src.len()].reinterpret_cast_mut::<half::f16>().convert_from_f32_slice(src),
         }
     }
 }
@@ -521,6 +519,29 @@ mod tests {
     fn sliding(capacity: usize, n_keep: usize) -> KvCache {
         let o = KvCacheOptions { capacity, dtype: KvDtype::F32, overflow: Overflow::SlidingWindow { n_keep } };
         KvCache::with_options(&cfg(), &o).unwrap()
+    }
+
+    #[test]
+    fn f16_storage_rounds_each_value_like_from_f32() {
+        // Edge cases (overflow, the subnormal range, ties, signed zeros, infinities, NaN) and
+        // a spread of bit patterns, stored as one row.
+        let mut bits: Vec<u32> = vec![0, 0x8000_0000, 0x7f80_0000, 0xff80_0000, 0x7fc0_0001, 0x477f_f000, 0x477f_efff,
+                                      0x3380_0000, 0x3380_0001, 0x3300_0000, 0x387f_e000, 0x3f80_1000, 0x3f80_3000];
+        let mut x = 0x9e37_79b9u32;
+        bits.extend((0..1 << 16).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        }));
+        let src: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+        let mut store = Store::zeroed(KvDtype::F16, src.len() + 3).unwrap();
+        store.put(3, &src);
+        let Store::F16(stored) = &store else { unreachable!() };
+        for (&s, &got) in src.iter().zip(&stored[3..]) {
+            let want = half::f16::from_f32(s);
+            assert!(got == want.to_bits() || (want.is_nan() && half::f16::from_bits(got).is_nan()), "{s:e}");
+        }
     }
 
     /// The positions a query attends to, read back through `pieces` and a slot -> position map.
