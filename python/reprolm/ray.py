@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - depends on the environment (the cause 
     raise ImportError("reprolm.ray needs Ray Data: pip install 'reprolm[ray]'")
 
 from ._download import fetch_default_model
-from ._model import Model, Precision
+from ._model import KvDtype, Model, Precision
 from ._request import Request
 from ._results import Completion
 from .errors import ContextOverflowError, InvalidArgumentError, InvalidInputError, InvalidTypeError
@@ -146,7 +146,8 @@ class Predictor:
     it returns the batch as a pyarrow Table with the output columns appended (see the module's
     documentation).
 
-    Settings: ``max_tokens``, ``stop``, ``stop_token_ids``, ``special`` as in
+    ``precision``, ``isa`` and ``kv_dtype`` are :meth:`reprolm.Model.load`'s. Settings:
+    ``max_tokens``, ``stop``, ``stop_token_ids``, ``special`` as in
     :meth:`reprolm.Model.generate`; ``sampler`` (a :class:`reprolm.Sampler` or a mapping of
     its settings; default greedy) for every row. Per row:
 
@@ -166,6 +167,7 @@ class Predictor:
         threads: int = 1,
         precision: Precision = "float32",
         isa: Optional[str] = None,
+        kv_dtype: KvDtype = "f32",
         max_tokens: int = 256,
         sampler: Union[Sampler, Mapping[str, Any], None] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -191,7 +193,7 @@ class Predictor:
         self._seed_column = seed_column
         self._key_column = key_column
         self._names = {c: output_prefix + c for c in OUTPUT_COLUMNS if logprobs or c != "logprobs"}
-        self._model = _load_model(model, threads=threads, precision=precision, isa=isa)
+        self._model = _load_model(model, threads=threads, precision=precision, isa=isa, kv_dtype=kv_dtype)
 
     @property
     def model(self) -> Model:
@@ -278,6 +280,7 @@ def generate(
     batch_size: int = 64,
     precision: Precision = "float32",
     isa: Optional[str] = None,
+    kv_dtype: KvDtype = "f32",
     max_tokens: int = 256,
     sampler: Union[Sampler, Mapping[str, Any], None] = None,
     stop: Union[str, Sequence[str]] = (),
@@ -310,7 +313,8 @@ def generate(
     _make_sampler(fields, "sampler")
     options = dict(
         model=None if model is None else (model if isinstance(model, str) else os.fspath(model)),
-        prompt_column=prompt_column, threads=threads, precision=precision, isa=isa, max_tokens=max_tokens,
+        prompt_column=prompt_column, threads=threads, precision=precision, isa=isa, kv_dtype=kv_dtype,
+        max_tokens=max_tokens,
         sampler=fields, stop=stop if isinstance(stop, str) else list(stop), stop_token_ids=list(stop_token_ids),
         special=special, logprobs=logprobs, sampler_column=sampler_column, seed_column=seed_column,
         key_column=key_column, output_prefix=output_prefix,

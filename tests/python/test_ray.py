@@ -251,6 +251,12 @@ def test_predictor_without_ray(model: reprolm.Model) -> None:
                                                      sampler=reprolm.Sampler(temperature=0.8, seed=3)).token_ids
     with pytest.raises(ValueError, match="output_prefix"):
         rray.Predictor(max_tokens=4)(table)
+    # The model options reach the model: f16 caches give an f16 session's bits.
+    f16 = rray.Predictor(max_tokens=4, logprobs=True, kv_dtype="f16", sampler=reprolm.Sampler(temperature=0.8, seed=3))
+    assert f16.model.kv_dtype == "f16"
+    row = f16(pa.table({"prompt": ["Hello"]})).to_pylist()[0]
+    alone = model.session(kv_dtype="f16").generate("Hello", max_tokens=4, sampler=reprolm.Sampler(temperature=0.8, seed=3))
+    assert row["logprobs"] == alone.logprobs
 
 
 def test_settings_are_checked_before_any_actor_starts(tmp_path: Path) -> None:
