@@ -213,7 +213,7 @@ class Model:
         self,
         *,
         context_length: Optional[int] = None,
-        kv_dtype: KvDtype = "f32",
+        kv_dtype: Optional[KvDtype] = None,
         overflow: OverflowPolicy = "error",
         n_keep: int = 4,
     ) -> "Session":
@@ -221,10 +221,11 @@ class Model:
 
         ``context_length``: positions the cache holds (default: the model's context length,
         capped so the cache takes at most half of the available memory). ``kv_dtype``:
-        ``"f32"`` (default; logits match the float32 reference) or ``"f16"`` (half the
+        ``"f32"`` (logits match the float32 reference) or ``"f16"`` (half the
         memory and memory traffic; on SmolLM2-135M the logits stay within 0.1 of the f32
         cache's, measured at most 0.04, and are still bitwise reproducible; keys and values
-        are rounded to nearest even when written). ``overflow``: what happens when the
+        are rounded to nearest even when written); default: the model's :attr:`kv_dtype`
+        (``"f32"`` unless it was loaded with another). ``overflow``: what happens when the
         sequence outgrows the cache: ``"error"`` raises :class:`ContextOverflowError` before
         any work; ``"sliding_window"`` keeps attending to the first ``n_keep`` positions
         (attention sinks) and to the most recent ones that fit, as a rolling buffer with
@@ -232,7 +233,8 @@ class Model:
         writes every key before any query reads, so longer inputs run one token per pass.)
         """
         core = _core.Session(
-            self._engine, context_length=context_length, kv_dtype=kv_dtype, overflow=overflow, n_keep=n_keep
+            self._engine, context_length=context_length, kv_dtype=self.kv_dtype if kv_dtype is None else kv_dtype,
+            overflow=overflow, n_keep=n_keep,
         )
         return Session(self, core)
 

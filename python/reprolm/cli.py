@@ -266,7 +266,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     with ProgressBar("bench", args.repeats * (1 + args.gen_tokens)) as bar:
         done = 0
         for _ in range(args.repeats):
-            session = model.session(context_length=args.prompt_tokens + args.gen_tokens, kv_dtype=model.kv_dtype)
+            session = model.session(context_length=args.prompt_tokens + args.gen_tokens)
             start = time.perf_counter()
             logits = session.prefill(ids)
             prefill.append(args.prompt_tokens / (time.perf_counter() - start))

@@ -194,6 +194,7 @@ def test_f16_caches_take_half_the_bytes(model_path: Path, model: reprolm.Model) 
     # give the bits of an f16 session's (which differ from an f32 cache's).
     prompt = "The quick brown fox jumps over the lazy dog. The quick brown"
     options: dict[str, Any] = {"max_tokens": 12, "logprobs": 1, "sampler": reprolm.Sampler(temperature=1.0, seed=3)}
+    assert f16.session().kv_dtype == "f16" and f16.session(kv_dtype="f32").kv_dtype == "f32"
     alone = f16.session(kv_dtype="f16").generate(prompt, **options)
     assert alone.logprobs != model.session().generate(prompt, **options).logprobs
     assert f16.generate(prompt, **options) == alone
