@@ -180,7 +180,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def test_f16_caches_take_half_the_bytes(model_path: Path, model: reprolm.Model) -> None:
+def test_f16_caches_halve_the_bytes_on_every_path(model_path: Path, model: reprolm.Model) -> None:
     f16 = reprolm.Model.load(model_path, threads=2, kv_dtype="f16")
     assert (model.kv_dtype, f16.kv_dtype) == ("f32", "f16")
     assert 2 * f16.kv_bytes_per_position == model.kv_bytes_per_position == f16.config.n_layers * 2 * 4 * (
