@@ -1,6 +1,7 @@
 //! Matrix kernels on SmolLM2's shapes (Gemma 3 270M's for the 256-value K-quant blocks),
 //! every weight type, one thread: decode (1 token; throughput in the ggml file's weight
-//! bytes/s) and prefill (64 tokens; in multiply-adds/s).
+//! bytes/s), verify (9 tokens: a speculative draft of 8 checked in one pass) and prefill (64
+//! tokens), both in multiply-adds/s.
 //!
 //! `cargo bench --bench kernels` (add `-- Q4_1` to filter).
 
@@ -29,7 +30,7 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
 fn bench(c: &mut Criterion) {
     let isa = Isa::best();
     for ty in GgmlType::ALL {
-        for (phase, n_tokens) in [("decode", 1usize), ("prefill", 64)] {
+        for (phase, n_tokens) in [("decode", 1usize), ("verify", 9), ("prefill", 64)] {
             let mut group = c.benchmark_group(format!("{}/{phase}/{}", ty.name(), isa.name()));
             let shapes: &[(usize, usize)] = if ty.block_size() == 256 { &K_SHAPES } else { &SHAPES };
             for &(cols, rows) in shapes {

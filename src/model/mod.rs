@@ -1,6 +1,7 @@
 //! Llama-family models: configuration, weights, KV cache and the forward pass.
 
 pub mod config;
+mod huge_pages;
 pub mod kv_cache;
 pub mod llama;
 mod rowwise;

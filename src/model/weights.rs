@@ -3,9 +3,12 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use std::cell::RefCell;
+
 use memmap2::Mmap;
 
 use super::config::ModelConfig;
+use super::huge_pages::HugePageBytes;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_int8_packable, is_packed, pack_rows_into, packed_row_bytes, Layout};
@@ -28,9 +31,9 @@ enum Storage {
     /// Float types, used in place: a byte range of the file map.
     Mapped { offset: usize, n_bytes: usize },
     /// Quantized types, repacked at load (`kernels::packed`): [rows][row bytes], codes in
-    /// the grouped layout (f32 kernels) or the chunked one (int8 kernels).
-    /// (An `Arc<Vec>`: made from the packing buffer without a copy of a whole matrix.)
-    Packed(Arc<Vec<u8>>, Layout),
+    /// the grouped layout (f32 kernels) or the chunked one (int8 kernels); a byte range of
+    /// the model's packed weights.
+    Packed { offset: usize, n_bytes: usize, layout: Layout },
 }
 
 /// One transformer block's weights. Optional parts exist where the architecture has them
@@ -69,6 +72,8 @@ pub struct LayerWeights {
 #[derive(Debug)]
 pub struct LlamaWeights {
     map: Arc<Mmap>,
+    /// Every packed matrix, one after another, on huge pages ([`super::huge_pages`]).
+    packed: HugePageBytes,
     /// The arithmetic of quantized matmuls; decides the packed layout.
     precision: Precision,
     /// [vocab_size][d_model]
@@ -92,6 +97,7 @@ impl LlamaWeights {
     pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<LlamaWeights> {
         let loader = Loader {
             file,
+            packed: RefCell::new((HugePageBytes::zeroed(packed_bytes(file))?, 0)),
             layout: match precision {
                 Precision::Float32 => Layout::Grouped,
                 Precision::Int8 => Layout::Chunked,
@@ -151,12 +157,14 @@ impl LlamaWeights {
                 return Err(Error::Model("rope_freqs.weight holds a value that is not a positive number".into()));
             }
         }
+        let output_norm = loader.vector("output_norm.weight", d)?;
         Ok(LlamaWeights {
             map: Arc::clone(file.map()),
+            packed: loader.packed.into_inner().0,
             precision,
             token_embd,
             layers,
-            output_norm: loader.vector("output_norm.weight", d)?,
+            output_norm,
             output,
             rope_freq_factors,
         })
@@ -166,7 +174,7 @@ impl LlamaWeights {
     pub fn mat<'a>(&'a self, m: &'a Matrix) -> MatRef<'a> {
         let data = match &m.storage {
             Storage::Mapped { offset, n_bytes } => &self.map[*offset..*offset + *n_bytes],
-            Storage::Packed(bytes, _) => bytes.as_slice(),
+            Storage::Packed { offset, n_bytes, .. } => &self.packed[*offset..*offset + *n_bytes],
         };
         MatRef { ty: m.ty, rows: m.rows, cols: m.cols, data }
     }
@@ -177,7 +185,7 @@ impl LlamaWeights {
 
     /// Whether the int8 kernels run this matrix (quantized, packed in the chunked layout).
     pub fn is_int8(&self, m: &Matrix) -> bool {
-        matches!(m.storage, Storage::Packed(_, Layout::Chunked))
+        matches!(m.storage, Storage::Packed { layout: Layout::Chunked, .. })
     }
 
     /// Row `r` of a matrix dequantized into `out` (embedding lookup), with the values of
@@ -187,7 +195,7 @@ impl LlamaWeights {
         let row = &mat.data[r * mat.row_bytes()..(r + 1) * mat.row_bytes()];
         match m.storage {
             Storage::Mapped { .. } => dequantize_row(m.ty, row, out),
-            Storage::Packed(_, layout) => dequantize_packed_row_in(m.ty, layout, row, out),
+            Storage::Packed { layout, .. } => dequantize_packed_row_in(m.ty, layout, row, out),
         }
     }
 }
@@ -195,6 +203,8 @@ impl LlamaWeights {
 /// Reads tensors from the file into [`Matrix`] and vector form.
 struct Loader<'a> {
     file: &'a GgufFile,
+    /// The packed matrices' memory and how many of its bytes are used.
+    packed: RefCell<(HugePageBytes, usize)>,
     /// How quantized matrices are packed (decided by the precision).
     layout: Layout,
 }
@@ -223,14 +233,11 @@ impl Loader<'_> {
             let bytes = first * row_bytes..(first + n) * row_bytes;
             first += n;
             let storage = if is_packed(info.ggml_type) {
-                let mut packed = self.pack(info, cols, bytes);
                 // Types the int8 kernels cannot read run the float32 kernels in either
                 // precision (kept in the grouped layout).
                 let layout = if is_int8_packable(info.ggml_type) { self.layout } else { Layout::Grouped };
-                if layout == Layout::Chunked {
-                    chunk_rows(info.ggml_type, cols, &mut packed);
-                }
-                Storage::Packed(Arc::new(packed), layout)
+                let (offset, n_bytes) = self.pack(info, layout, cols, bytes);
+                Storage::Packed { offset, n_bytes, layout }
             } else {
                 Storage::Mapped { offset: info.offset + bytes.start, n_bytes: bytes.len() }
             };
@@ -245,21 +252,29 @@ impl Loader<'_> {
         Ok(parts)
     }
 
-    /// The rows in `bytes` (of the tensor `info`, rows of `cols` values) packed, block by
-    /// block, each block's file pages released once packed: loading holds one block of the
-    /// file beside the packed matrices, not a whole tensor (Gemma 3's embedding is 178 MB).
-    fn pack(&self, info: &TensorInfo, cols: usize, bytes: Range<usize>) -> Vec<u8> {
+    /// The rows in `bytes` (of the tensor `info`, rows of `cols` values) packed in `layout`
+    /// into the next bytes of `self.packed`, block by block, each block's file pages released
+    /// once packed: loading holds one block of the file beside the packed matrices, not a
+    /// whole tensor (Gemma 3's embedding is 178 MB). Returns (offset, bytes) of the matrix.
+    fn pack(&self, info: &TensorInfo, layout: Layout, cols: usize, bytes: Range<usize>) -> (usize, usize) {
         const BLOCK_BYTES: usize = 4 << 20;
         let (ty, row_bytes) = (info.ggml_type, info.ggml_type.row_bytes(cols));
         let block_rows = (BLOCK_BYTES / row_bytes).max(1);
         let src = &self.file.tensor_bytes(info)[bytes.clone()];
-        let mut packed = vec![0u8; src.len() / row_bytes * packed_row_bytes(ty, cols)];
+        let n_bytes = src.len() / row_bytes * packed_row_bytes(ty, cols);
+        let (ref mut memory, ref mut used) = *self.packed.borrow_mut();
+        let offset = *used;
+        *used += n_bytes;
+        let packed = &mut memory[offset..offset + n_bytes];
         let dst_blocks = packed.chunks_mut(block_rows * packed_row_bytes(ty, cols));
         for (i, (src, dst)) in src.chunks(block_rows * row_bytes).zip(dst_blocks).enumerate() {
             pack_rows_into(ty, cols, src, dst);
+            if layout == Layout::Chunked {
+                chunk_rows(ty, cols, dst);
+            }
             self.file.release_bytes(info.offset + bytes.start + i * block_rows * row_bytes, src.len());
         }
-        packed
+        (offset, n_bytes)
     }
 
     /// The vector `name` of `len` values, dequantized to f32.
@@ -270,6 +285,19 @@ impl Loader<'_> {
         dequantize_row(info.ggml_type, self.file.tensor_bytes(info), &mut v);
         Ok(v)
     }
+}
+
+/// Bytes of every quantized tensor of the file packed: room for all the packed matrices a
+/// model loads (one pass over the tensor list; untouched room costs no memory).
+fn packed_bytes(file: &GgufFile) -> usize {
+    let packed = file.tensors().iter().filter(|t| is_packed(t.ggml_type) && !t.dims.is_empty());
+    packed
+        .map(|t| {
+            let cols = t.dims[0] as usize;
+            let rows: usize = t.dims[1..].iter().map(|&d| d as usize).product();
+            rows * packed_row_bytes(t.ggml_type, cols)
+        })
+        .sum()
 }
 
 fn tensor<'a>(file: &'a GgufFile, name: &str) -> Result<&'a TensorInfo> {
