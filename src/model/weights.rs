@@ -1,9 +1,8 @@
 //! The model's tensors as typed views into the memory-mapped GGUF file.
 
+use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
-
-use std::cell::RefCell;
 
 use memmap2::Mmap;
 
@@ -229,34 +228,35 @@ impl Loader<'_> {
         }
         let row_bytes = info.ggml_type.row_bytes(cols);
         let mut first = 0;
-        let parts = rows.map(|n| {
+        let mut parts = Vec::with_capacity(N);
+        for n in rows {
             let bytes = first * row_bytes..(first + n) * row_bytes;
             first += n;
             let storage = if is_packed(info.ggml_type) {
                 // Types the int8 kernels cannot read run the float32 kernels in either
                 // precision (kept in the grouped layout).
                 let layout = if is_int8_packable(info.ggml_type) { self.layout } else { Layout::Grouped };
-                let (offset, n_bytes) = self.pack(info, layout, cols, bytes);
+                let (offset, n_bytes) = self.pack(info, layout, cols, bytes)?;
                 Storage::Packed { offset, n_bytes, layout }
             } else {
                 Storage::Mapped { offset: info.offset + bytes.start, n_bytes: bytes.len() }
             };
-            Matrix { name: name.into(), ty: info.ggml_type, rows: n, cols, storage }
-        });
+            parts.push(Matrix { name: name.into(), ty: info.ggml_type, rows: n, cols, storage });
+        }
         if is_packed(info.ggml_type) {
             // The file's pages are no longer needed: let the kernel reclaim them (`pack` gave
             // back each block's whole pages already; this also takes the pages that straddle
             // two blocks).
             self.file.release(info);
         }
-        Ok(parts)
+        Ok(parts.try_into().expect("one part per row count"))
     }
 
     /// The rows in `bytes` (of the tensor `info`, rows of `cols` values) packed in `layout`
     /// into the next bytes of `self.packed`, block by block, each block's file pages released
     /// once packed: loading holds one block of the file beside the packed matrices, not a
     /// whole tensor (Gemma 3's embedding is 178 MB). Returns (offset, bytes) of the matrix.
-    fn pack(&self, info: &TensorInfo, layout: Layout, cols: usize, bytes: Range<usize>) -> (usize, usize) {
+    fn pack(&self, info: &TensorInfo, layout: Layout, cols: usize, bytes: Range<usize>) -> Result<(usize, usize)> {
         const BLOCK_BYTES: usize = 4 << 20;
         let (ty, row_bytes) = (info.ggml_type, info.ggml_type.row_bytes(cols));
         let block_rows = (BLOCK_BYTES / row_bytes).max(1);
@@ -264,8 +264,10 @@ impl Loader<'_> {
         let n_bytes = src.len() / row_bytes * packed_row_bytes(ty, cols);
         let (ref mut memory, ref mut used) = *self.packed.borrow_mut();
         let offset = *used;
+        let packed = memory.get_mut(offset..offset + n_bytes).ok_or_else(|| {
+            Error::Internal(format!("tensor '{}' does not fit the packed weights sized from the tensor list", info.name))
+        })?;
         *used += n_bytes;
-        let packed = &mut memory[offset..offset + n_bytes];
         let dst_blocks = packed.chunks_mut(block_rows * packed_row_bytes(ty, cols));
         for (i, (src, dst)) in src.chunks(block_rows * row_bytes).zip(dst_blocks).enumerate() {
             pack_rows_into(ty, cols, src, dst);
@@ -274,7 +276,7 @@ impl Loader<'_> {
             }
             self.file.release_bytes(info.offset + bytes.start + i * block_rows * row_bytes, src.len());
         }
-        (offset, n_bytes)
+        Ok((offset, n_bytes))
     }
 
     /// The vector `name` of `len` values, dequantized to f32.
