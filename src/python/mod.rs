@@ -163,13 +163,6 @@ impl PyEngine {
         Ok(PyEngine { engine: Arc::new(engine), batch_options, batch: Mutex::new(None) })
     }
 
-    /// The batch engine's limits: (max_concurrent, max_queue or None, max_batch_tokens, kv_memory).
-    #[getter]
-    fn batch_options(&self) -> (usize, Option<usize>, usize, usize) {
-        let o = &self.batch_options;
-        (o.max_concurrent, (o.max_queue != usize::MAX).then_some(o.max_queue), o.max_batch_tokens, o.kv_memory)
-    }
-
     /// The batch engine's state: (waiting, running, kv_bytes, passes, prompt_tokens,
     /// generated_tokens); zeros before the first request.
     fn engine_stats(&self) -> (usize, usize, usize, u64, u64, u64) {
