@@ -13,8 +13,8 @@
 /// pointers also need them valid for the bytes they name (16 f32, 16 bytes of nibbles, ...).
 #[allow(clippy::missing_safety_doc)] // the contract above holds for every method
 pub trait Lanes16: Copy {
-    /// Weight rows per prefill tile (1 or 2): 2 x 4 tokens needs 16 accumulators of 16
-    /// lanes, which fit AVX-512's 32 registers but not AVX2's 16.
+    /// Weight rows per tile of several tokens (1 to 3): 2 x 4 tokens needs 16 accumulators of
+    /// 16 lanes, 3 x 4 tokens 24, which fit AVX-512's 32 registers but not AVX2's 16.
     const PREFILL_TILE_ROWS: usize = 2;
     /// Weight rows per tile of one token (1, 2 or 4): each row's two FMA chains are
     /// independent of the others', so more rows keep more FMAs in flight.
@@ -205,6 +205,7 @@ mod x86 {
     pub struct Avx512(pub(crate) __m512);
 
     impl Lanes16 for Avx512 {
+        const PREFILL_TILE_ROWS: usize = 3;
         const DECODE_TILE_ROWS: usize = 4;
         #[inline(always)]
         unsafe fn zero() -> Self {

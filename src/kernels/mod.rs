@@ -372,7 +372,7 @@ unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activati
     }
 }
 
-/// Walks token blocks, then rows, then tiles of up to 2 rows x 4 tokens (one token: up to 4
+/// Walks token blocks, then rows, then tiles of up to 3 rows x 4 tokens (one token: up to 4
 /// rows): each unpacked weight group serves every token of the tile, each loaded activation
 /// every row. Every output keeps its own two chains, so the tile shape never changes a bit.
 #[inline(always)]
@@ -380,13 +380,13 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
     let row_bytes = w.row_bytes();
     let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
     // One token shares nothing between rows, but several rows give independent FMA chains.
-    let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS } else { L::DECODE_TILE_ROWS.min(W::DECODE_TILE_ROWS) };
+    let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS.min(W::PREFILL_TILE_ROWS) } else { L::DECODE_TILE_ROWS.min(W::DECODE_TILE_ROWS) };
     for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
         let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
         let mut r = rows.start;
         while r < rows.end {
-            // The largest tile of 4, 2 or 1 rows that fits.
-            let nr = [4, 2, 1].into_iter().find(|&n| n <= tile_rows.min(rows.end - r)).expect("1 row fits");
+            // The largest tile of 4, 3, 2 or 1 rows that fits.
+            let nr = [4, 3, 2, 1].into_iter().find(|&n| n <= tile_rows.min(rows.end - r)).expect("1 row fits");
             let row = w.data.as_ptr().add(r * row_bytes);
             let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
             prefetch(row.add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
@@ -399,6 +399,10 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                 t += match (nr, t_end - t) {
                     // Only one token has 4-row tiles.
                     (4, _) => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
+                    (3, 1) => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
+                    (3, 2) => tile::<L, W, 3, 2>(row, row_bytes, cols, x, gs, o, s),
+                    (3, 3) => tile::<L, W, 3, 3>(row, row_bytes, cols, x, gs, o, s),
+                    (3, _) => tile::<L, W, 3, 4>(row, row_bytes, cols, x, gs, o, s),
                     (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
                     (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
                     (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
