@@ -127,8 +127,15 @@ impl Engine {
         if let Some(vocabulary) = self.grammar_vocabulary.get() {
             return Ok(vocabulary);
         }
-        let built = GrammarVocabulary::new(Arc::clone(&self.tokenizer), self.config().eos_id)?;
+        let built = GrammarVocabulary::new(Arc::clone(&self.tokenizer), self.config().eos_id, self.grammar_parts())?;
         Ok(self.grammar_vocabulary.get_or_init(|| built))
+    }
+
+    /// Parts the grammar mask is computed in, on as many threads: one per thread of the model,
+    /// at most one per core.
+    fn grammar_parts(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.n_threads().min(cores)
     }
 
     /// `spec` compiled for this model's vocabulary (see [`Grammar::compile`]).

@@ -11,7 +11,7 @@ use reprolm::decode::stream::Generator;
 use reprolm::decode::{Request, StopConditions};
 use reprolm::engine::{Engine, LoadOptions, Session};
 use reprolm::error::Error;
-use reprolm::grammar::{Grammar, GrammarSpec};
+use reprolm::grammar::{Grammar, GrammarSpec, GrammarVocabulary};
 use reprolm::sampling::{Sampler, SamplerConfig};
 
 fn engine() -> Arc<Engine> {
@@ -124,4 +124,48 @@ fn bad_grammars_are_grammar_errors() {
         assert!(matches!(engine.compile_grammar(&spec), Err(Error::Grammar(_))), "{spec:?}");
     }
     assert!(Grammar::check(&GrammarSpec::Regex(r"\x04".into())).is_ok(), "only the model's vocabulary lacks it");
+}
+
+/// The mask computed in parts on several threads (one trie walk per part of the vocabulary,
+/// the parts' sets OR-ed) is the mask computed whole, at every step of random walks through
+/// JSON Schema, regex, Lark and choice grammars: S does not depend on the thread count.
+#[test]
+fn the_mask_in_parts_is_the_whole_mask() {
+    let engine = engine();
+    let vocabulary = |parts| GrammarVocabulary::new(Arc::clone(&engine.tokenizer), engine.config().eos_id, parts).unwrap();
+    let (whole, two, three) = (vocabulary(1), vocabulary(2), vocabulary(3));
+    let eos = engine.config().eos_id.unwrap();
+    let specs = [
+        GrammarSpec::JsonSchema(
+            r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                "tags": {"type": "array", "items": {"enum": ["a", "b c", "d"]}, "maxItems": 3},
+                "email": {"type": "string", "format": "email"}},
+                "required": ["name", "age"]}"#
+                .into(),
+        ),
+        GrammarSpec::JsonSchema(r#"{"anyOf": [{"type": "number"}, {"type": "string", "pattern": "^[a-z]+$"}]}"#.into()),
+        GrammarSpec::Regex(r"(?:[A-Z][a-z]{0,12},? ){3,30}[a-z]{1,12}\.".into()),
+        GrammarSpec::Regex(r"[0-9]{3}-[A-Za-z ]+\n?".into()),
+        GrammarSpec::Lark("start: item (\", \" item)*\nitem: NAME \": \" NUMBER\nNAME: /[a-z]{1,10}/\nNUMBER: /[0-9]{1,5}/\n".into()),
+        GrammarSpec::Choice(vec!["yes".into(), "no".into(), "maybe not".into()]),
+    ];
+    let mut rng = TestRng::new(14);
+    for spec in &specs {
+        let grammars: Vec<Grammar> = [&whole, &two, &three].iter().map(|v| Grammar::compile(spec, v).unwrap()).collect();
+        for walk in 0..3 {
+            let mut states: Vec<_> = grammars.iter().map(Grammar::start).collect();
+            for step in 0..40 {
+                let allowed = states[0].allowed_ids().unwrap();
+                for state in &mut states[1..] {
+                    assert_eq!(state.allowed_ids().unwrap(), allowed, "{spec:?}, walk {walk}, step {step}");
+                }
+                let token = allowed[(rng.unit() * allowed.len() as f64) as usize];
+                if token == eos {
+                    break;
+                }
+                states.iter_mut().for_each(|s| s.accept(token).unwrap());
+            }
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! [`Grammar`]: a spec compiled for one vocabulary; [`GrammarState`]: one sequence in it.
 
-use llguidance::toktrie::SimpleVob;
+use llguidance::toktrie::{SimpleVob, TokenId};
 use llguidance::Matcher;
+
+use std::sync::Arc;
 
 use super::{grammar_error, GrammarSpec, GrammarVocabulary};
 use crate::error::{Error, Result};
@@ -11,7 +13,8 @@ use crate::error::{Error, Result};
 #[derive(Clone)]
 pub struct Grammar {
     spec: GrammarSpec,
-    initial: Matcher,
+    /// One matcher per part of the vocabulary (see [`GrammarVocabulary::new`]), or one for all.
+    initial: Vec<Matcher>,
     vocab_size: usize,
 }
 
@@ -30,15 +33,26 @@ impl Grammar {
     /// grammar that no token of the vocabulary can start.
     pub fn compile(spec: &GrammarSpec, vocabulary: &GrammarVocabulary) -> Result<Grammar> {
         let parser = vocabulary.factory().create_parser(spec.to_llguidance()?).map_err(grammar_error)?;
-        let mut initial = Matcher::new(Ok(parser));
-        if let Some(e) = initial.get_error() {
+        // Each part's parser has its own lexer (deep clones), so that parts run in parallel.
+        let parts: Vec<Matcher> = vocabulary
+            .parts()
+            .iter()
+            .map(|bias| {
+                let mut part = parser.deep_clone();
+                part.bias_computer = Arc::clone(bias);
+                Matcher::new(Ok(part))
+            })
+            .collect();
+        let mut whole = Matcher::new(Ok(parser));
+        if let Some(e) = whole.get_error() {
             return Err(Error::Grammar(e));
         }
-        match initial.compute_mask() {
+        match whole.compute_mask() {
             Ok(mask) if !mask.is_zero() => {}
             Ok(_) => return Err(Error::Grammar("no token of the vocabulary can start the grammar".into())),
             Err(e) => return Err(Error::Grammar(format!("no token of the vocabulary can start the grammar: {e}"))),
         }
+        let initial = if parts.is_empty() { vec![whole] } else { parts };
         Ok(Grammar { spec: spec.clone(), initial, vocab_size: vocabulary.vocab_size() })
     }
 
@@ -55,7 +69,7 @@ impl Grammar {
 
     /// A new sequence at the start of the grammar.
     pub fn start(&self) -> GrammarState {
-        GrammarState { matcher: self.initial.clone(), mask: SimpleVob::alloc(self.vocab_size), tokens: 0 }
+        GrammarState { matchers: self.initial.clone(), mask: SimpleVob::alloc(self.vocab_size), tokens: 0 }
     }
 }
 
@@ -63,7 +77,8 @@ impl Grammar {
 /// S of the next one.
 #[derive(Clone)]
 pub struct GrammarState {
-    matcher: Matcher,
+    /// One per part of the vocabulary, all fed the same tokens (or one for the whole).
+    matchers: Vec<Matcher>,
     /// S as computed by the last [`GrammarState::allowed`]: bit `id % 32` of word `id / 32`.
     mask: SimpleVob,
     /// Tokens accepted so far.
@@ -86,7 +101,10 @@ impl GrammarState {
     /// [`Error::Grammar`] if no token can continue the text (not expected from a checked
     /// grammar over a byte-level vocabulary) or the grammar engine hit one of its work limits.
     pub fn allowed(&mut self) -> Result<&[u32]> {
-        let mask = self.matcher.compute_mask_or_eos();
+        let mask = match self.matchers.as_mut_slice() {
+            [whole] => whole.compute_mask_or_eos().map_err(|e| e.to_string()),
+            parts => union_of_parts(parts),
+        };
         self.mask = mask.map_err(|e| self.failure(e))?;
         if self.mask.is_zero() {
             return Err(self.failure("no token can continue the text"));
@@ -105,18 +123,38 @@ impl GrammarState {
     /// # Errors
     /// [`Error::Grammar`] for a token outside S.
     pub fn accept(&mut self, token: u32) -> Result<()> {
-        let consumed = self.matcher.consume_token(token);
-        consumed.map_err(|e| self.failure(e))?;
+        for i in 0..self.matchers.len() {
+            let consumed = self.matchers[i].consume_token(token);
+            consumed.map_err(|e| self.failure(e))?;
+        }
         self.tokens += 1;
         Ok(())
     }
 
     /// Whether the text so far is complete: the end-of-sequence token is allowed now.
     pub fn is_accepting(&mut self) -> bool {
-        self.matcher.is_accepting().unwrap_or(false)
+        self.matchers[0].is_accepting().unwrap_or(false)
     }
 
     fn failure(&self, e: impl std::fmt::Display) -> Error {
         Error::Grammar(format!("after {} tokens: {e}", self.tokens))
     }
+}
+
+/// S as the union of the parts' sets, computed on several threads
+/// ([`share_items`](crate::threads::share_items)), without the spare bit the parts set.
+fn union_of_parts(parts: &mut [Matcher]) -> std::result::Result<SimpleVob, String> {
+    let mut sets: Vec<(&mut Matcher, Option<std::result::Result<SimpleVob, String>>)> = parts.iter_mut().map(|m| (m, None)).collect();
+    crate::threads::share_items(&mut sets, |(matcher, set)| *set = Some(matcher.compute_mask_or_eos().map_err(|e| e.to_string())));
+    let mut union: Option<SimpleVob> = None;
+    for (_, set) in sets {
+        let set = set.expect("every part is computed")?;
+        match &mut union {
+            Some(union) => union.or(&set),
+            None => union = Some(set),
+        }
+    }
+    let mut union = union.expect("at least one part");
+    union.disallow_token(union.len() as TokenId);
+    Ok(union)
 }

@@ -155,6 +155,92 @@ impl Drop for ThreadPool {
     }
 }
 
+/// Calls `f(&mut items[i])` for every item, on the calling thread and on up to
+/// `items.len() - 1` helpers from rayon's global pool, which claim items from a shared counter.
+/// The caller never waits for a helper that has not started: it does the items no helper has
+/// claimed itself, then waits only for items in progress. For a few irregular jobs that may
+/// take less time than waking a sleeping thread (a grammar mask's parts); a panic in `f`, on
+/// any thread, is resumed on the caller.
+pub fn share_items<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
+    if items.len() <= 1 || FORKS.load(Relaxed) != 0 {
+        items.iter_mut().for_each(f);
+        return;
+    }
+    let n = items.len();
+    let shared = Disjoint::new(items);
+    // SAFETY: item i is claimed once, so only one thread touches it.
+    let job = |i: usize| f(unsafe { &mut shared.slice(i..i + 1)[0] });
+    let job: *const (dyn Fn(usize) + Sync + '_) = &job;
+    // SAFETY: erase the lifetime; helpers dereference the pointer only while counted in
+    // `active` with the board open, and the caller closes it and waits for `active` to be zero
+    // before it returns.
+    let job = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync)>(job) };
+    let board = std::sync::Arc::new(Board {
+        job: JobPtr(job),
+        n,
+        next: AtomicUsize::new(0),
+        closed: std::sync::atomic::AtomicBool::new(false),
+        active: AtomicUsize::new(0),
+        panicked: Mutex::new(None),
+    });
+    for _ in 1..n {
+        let board = std::sync::Arc::clone(&board);
+        rayon::spawn(move || {
+            board.active.fetch_add(1, SeqCst);
+            if !board.closed.load(SeqCst) {
+                // SAFETY: the board is open and we are counted in `active` (see above).
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| board.work(unsafe { &*board.job.0 }))) {
+                    *board.panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(panic_message(&*panic));
+                }
+            }
+            board.active.fetch_sub(1, SeqCst);
+        });
+    }
+    // SAFETY: the pointer is the caller's own job, alive here.
+    let mine = catch_unwind(AssertUnwindSafe(|| board.work(unsafe { &*job })));
+    board.closed.store(true, SeqCst);
+    while board.active.load(SeqCst) != 0 {
+        std::hint::spin_loop();
+    }
+    if let Err(payload) = mine {
+        std::panic::resume_unwind(payload);
+    }
+    let helper_panic = board.panicked.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(message) = helper_panic {
+        panic!("{message}");
+    }
+}
+
+/// [`share_items`]' state, shared with helpers that may start after it has returned (they
+/// then find the board closed and leave without touching the job).
+struct Board {
+    job: JobPtr,
+    n: usize,
+    next: AtomicUsize,
+    closed: std::sync::atomic::AtomicBool,
+    /// Helpers that have looked at `closed` and not yet left.
+    active: AtomicUsize,
+    panicked: Mutex<Option<String>>,
+}
+
+impl Board {
+    /// Claims and runs items until none are left.
+    fn work(&self, job: &(dyn Fn(usize) + Sync)) {
+        loop {
+            let i = self.next.fetch_add(1, AcqRel);
+            if i >= self.n {
+                return;
+            }
+            job(i);
+        }
+    }
+}
+
+struct JobPtr(*const (dyn Fn(usize) + Sync));
+// SAFETY: the pointee is `Sync`, and it is dereferenced only under `share_items`' protocol.
+unsafe impl Send for JobPtr {}
+unsafe impl Sync for JobPtr {}
+
 /// The message a panic was raised with.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -277,6 +363,41 @@ mod tests {
         })
         .unwrap();
         assert!(hits.iter().all(|h| h.load(Relaxed) == 1));
+    }
+
+    #[test]
+    fn shared_items_are_each_done_once_whoever_claims_them() {
+        for n in 0..6usize {
+            for round in 0..300 {
+                let mut items: Vec<(usize, usize)> = (0..n).map(|i| (i, 0)).collect();
+                share_items(&mut items, |(i, hits)| {
+                    if round % 3 == 0 && *i % 2 == 1 {
+                        std::thread::sleep(std::time::Duration::from_micros(50)); // let helpers claim some
+                    }
+                    *hits += 1;
+                });
+                assert!(items.iter().all(|&(_, hits)| hits == 1), "n={n} round={round}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_shared_item_reaches_the_caller() {
+        for bad in 0..3 {
+            let mut items = [0usize, 1, 2];
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                share_items(&mut items, |i| {
+                    if *i == bad {
+                        panic!("item {i} failed");
+                    }
+                })
+            }));
+            let message = panic_message(&*result.expect_err("the panic is resumed"));
+            assert!(message.contains(&format!("item {bad} failed")), "{message}");
+            let mut items = [1usize, 2, 3];
+            share_items(&mut items, |i| *i *= 2);
+            assert_eq!(items, [2, 4, 6]);
+        }
     }
 
     #[test]
