@@ -15,6 +15,10 @@
 //!   where the grammar accepts the text so far), the sampler restricts the logits to S, and the
 //!   chosen token is fed back with [`GrammarState::accept`].
 //!
+//! S may be computed in parts, one per thread: each part of the vocabulary has its own token
+//! trie and its own copy of the parser (all fed the same tokens), and S is the union of the
+//! parts' sets; the parts change how fast S is found, never what it is.
+//!
 //! S is computed exactly from the grammar and the token bytes, with no time limits (only
 //! llguidance's fixed work limits, which fail loudly), so it depends on nothing but the
 //! grammar and the tokens so far: decoding with a grammar is as reproducible as without.
