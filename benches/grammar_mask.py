@@ -3,7 +3,8 @@ real vocabulary, and constrained against unconstrained decode speed.
 
 For a JSON Schema, a regular expression and a Lark grammar, the script generates a few
 completions (greedy and seeded sampling) with the grammar, then replays each one through a
-fresh :class:`reprolm.GrammarMatcher` (three times, keeping each step's least time), timing
+fresh :class:`reprolm.GrammarMatcher` (five times, in turns across the completions, keeping
+each step's least time), timing
 the computation of the allowed set S before every token (``allowed_count``: S computed in
 Rust, only its size returned; the time includes one Python-to-Rust call). It reports p50 / p99 microseconds per step, the same runs' decode
 speed (tokens/s between the first and the last token of a stream) with and without the grammar,
@@ -53,20 +54,23 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def mask_times(model: reprolm.Model, grammar: Grammar, ids: list[int], replays: int) -> list[float]:
-    """Microseconds to compute S before each token of ``ids``: the least of ``replays``
-    replays through fresh matchers (the work per step is fixed; the minimum filters out the
-    preemptions of a shared machine)."""
-    best = [float("inf")] * len(ids)
+def mask_times(model: reprolm.Model, grammar: Grammar, completions: list[list[int]], replays: int) -> list[float]:
+    """Microseconds to compute S before each token of each completion: the least of
+    ``replays`` replays through fresh matchers (the work per step is fixed; the minimum
+    filters out the preemptions of a shared machine). Replays take turns across the
+    completions, so that one step's replays are tens of milliseconds apart rather than a few:
+    a busy spell of the machine then rarely covers all of them."""
+    best = [[float("inf")] * len(ids) for ids in completions]
     for _ in range(replays):
-        matcher = grammar.matcher(model)
-        for t, token in enumerate(ids):
-            start = time.perf_counter()
-            matcher.allowed_count()
-            best[t] = min(best[t], (time.perf_counter() - start) * 1e6)
-            if token != model.config.eos_id:
-                matcher.accept(token)
-    return best
+        for ids, times in zip(completions, best):
+            matcher = grammar.matcher(model)
+            for t, token in enumerate(ids):
+                start = time.perf_counter()
+                matcher.allowed_count()
+                times[t] = min(times[t], (time.perf_counter() - start) * 1e6)
+                if token != model.config.eos_id:
+                    matcher.accept(token)
+    return [t for times in best for t in times]
 
 
 def decode_rate(model: reprolm.Model, prompt: str, sampler: Sampler, max_tokens: int,
@@ -87,7 +91,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--runs", type=int, default=4, help="completions per grammar (1 greedy, the rest sampled)")
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--replays", type=int, default=3, help="replays per completion; each step's least time is kept")
+    parser.add_argument("--replays", type=int, default=5, help="replays per completion; each step's least time is kept")
     args = parser.parse_args()
     model = reprolm.Model.load(args.model) if args.model else reprolm.Model.default(threads=args.threads)
     samplers = [Sampler.greedy()] + [Sampler(temperature=1.0, top_p=0.95, seed=s) for s in range(1, args.runs)]
@@ -98,14 +102,15 @@ def main() -> int:
     results = {}
     plain_rates = []
     for name, (grammar, prompt) in GRAMMARS.items():
-        mask_us: list[float] = []
+        completions = []
         rates = []
         for sampler in samplers:
             ids, rate, n = decode_rate(model, prompt, sampler, args.max_tokens, grammar)
             rates.append(rate)
+            completions.append(ids)
             _, plain, _ = decode_rate(model, prompt, sampler, n, None)
             plain_rates.append(plain)
-            mask_us.extend(mask_times(model, grammar, ids, args.replays))
+        mask_us = mask_times(model, grammar, completions, args.replays)
         results[name] = {
             "steps": len(mask_us),
             "mask_p50_us": round(statistics.median(mask_us), 1),
