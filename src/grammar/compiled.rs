@@ -105,9 +105,9 @@ impl GrammarState {
             [whole] => whole.compute_mask_or_eos().map_err(|e| e.to_string()),
             parts => union_of_parts(parts),
         };
-        self.mask = mask.map_err(|e| self.failure(e))?;
+        self.mask = mask.map_err(|e| failure(self.tokens, e))?;
         if self.mask.is_zero() {
-            return Err(self.failure("no token can continue the text"));
+            return Err(failure(self.tokens, "no token can continue the text"));
         }
         Ok(self.mask.as_slice())
     }
@@ -123,9 +123,9 @@ impl GrammarState {
     /// # Errors
     /// [`Error::Grammar`] for a token outside S.
     pub fn accept(&mut self, token: u32) -> Result<()> {
-        for i in 0..self.matchers.len() {
-            let consumed = self.matchers[i].consume_token(token);
-            consumed.map_err(|e| self.failure(e))?;
+        let tokens = self.tokens;
+        for matcher in &mut self.matchers {
+            matcher.consume_token(token).map_err(|e| failure(tokens, e))?;
         }
         self.tokens += 1;
         Ok(())
@@ -135,10 +135,11 @@ impl GrammarState {
     pub fn is_accepting(&mut self) -> bool {
         self.matchers[0].is_accepting().unwrap_or(false)
     }
+}
 
-    fn failure(&self, e: impl std::fmt::Display) -> Error {
-        Error::Grammar(format!("after {} tokens: {e}", self.tokens))
-    }
+/// A grammar failure after `tokens` accepted tokens.
+fn failure(tokens: usize, e: impl std::fmt::Display) -> Error {
+    Error::Grammar(format!("after {tokens} tokens: {e}"))
 }
 
 /// S as the union of the parts' sets, computed on several threads
