@@ -60,6 +60,11 @@ fn with_led<R>(pool: &ThreadPool, f: impl FnOnce(Option<&Crew>) -> R) -> R {
     f(unsafe { crew.as_ref() }.filter(|crew| std::ptr::eq(crew.pool, pool)))
 }
 
+/// Whether this thread leads a pass on any pool now.
+pub(super) fn leads_any() -> bool {
+    LEADING.with(|l| !l.get().is_null())
+}
+
 /// Whether this thread runs a pass on `pool` now.
 pub(super) fn leads(pool: &ThreadPool) -> bool {
     with_led(pool, |crew| crew.is_some())

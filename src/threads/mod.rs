@@ -160,9 +160,11 @@ impl Drop for ThreadPool {
 /// The caller never waits for a helper that has not started: it does the items no helper has
 /// claimed itself, then waits only for items in progress. For a few irregular jobs that may
 /// take less time than waking a sleeping thread (a grammar mask's parts); a panic in `f`, on
-/// any thread, is resumed on the caller.
+/// any thread, is resumed on the caller. Inside a pass (on a rayon thread, or leading a crew)
+/// the cores are already busy with the pass's own parallel work: there it runs on the caller.
 pub fn share_items<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
-    if items.len() <= 1 || FORKS.load(Relaxed) != 0 {
+    let in_a_pass = rayon::current_thread_index().is_some() || crew::leads_any();
+    if items.len() <= 1 || in_a_pass || FORKS.load(Relaxed) != 0 {
         items.iter_mut().for_each(f);
         return;
     }
@@ -379,6 +381,24 @@ mod tests {
                 assert!(items.iter().all(|&(_, hits)| hits == 1), "n={n} round={round}");
             }
         }
+    }
+
+    #[test]
+    fn shared_items_stay_on_the_caller_inside_a_pass() {
+        let pool = ThreadPool::new(2).unwrap();
+        let mut per_chunk = vec![Vec::new(); 4];
+        pool.install(|| {
+            pool.for_each_mut(&mut per_chunk, |_, threads| {
+                let mut items = vec![None; 3];
+                share_items(&mut items, |t| {
+                    std::thread::sleep(std::time::Duration::from_millis(2)); // time for helpers to claim some
+                    *t = Some(std::thread::current().id())
+                });
+                threads.extend(items.into_iter().map(|t| (t.unwrap(), std::thread::current().id())));
+            })
+        })
+        .unwrap();
+        assert!(per_chunk.iter().flatten().all(|(item, chunk)| item == chunk));
     }
 
     #[test]
