@@ -34,7 +34,7 @@ impl Grammar {
     pub fn compile(spec: &GrammarSpec, vocabulary: &GrammarVocabulary) -> Result<Grammar> {
         let parser = vocabulary.factory().create_parser(spec.to_llguidance()?).map_err(grammar_error)?;
         // Each part's parser has its own lexer (deep clones), so that parts run in parallel.
-        let parts: Vec<Matcher> = vocabulary
+        let mut initial: Vec<Matcher> = vocabulary
             .parts()
             .iter()
             .map(|bias| {
@@ -43,16 +43,18 @@ impl Grammar {
                 Matcher::new(Ok(part))
             })
             .collect();
-        let mut whole = Matcher::new(Ok(parser));
-        if let Some(e) = whole.get_error() {
+        if initial.is_empty() {
+            initial.push(Matcher::new(Ok(parser)));
+        }
+        if let Some(e) = initial[0].get_error() {
             return Err(Error::Grammar(e));
         }
-        match whole.compute_mask() {
+        // The first S, computed here, stays cached in the parsers every sequence starts from.
+        match allowed_set(&mut initial) {
             Ok(mask) if !mask.is_zero() => {}
             Ok(_) => return Err(Error::Grammar("no token of the vocabulary can start the grammar".into())),
             Err(e) => return Err(Error::Grammar(format!("no token of the vocabulary can start the grammar: {e}"))),
         }
-        let initial = if parts.is_empty() { vec![whole] } else { parts };
         Ok(Grammar { spec: spec.clone(), initial, vocab_size: vocabulary.vocab_size() })
     }
 
@@ -101,10 +103,7 @@ impl GrammarState {
     /// [`Error::Grammar`] if no token can continue the text (not expected from a checked
     /// grammar over a byte-level vocabulary) or the grammar engine hit one of its work limits.
     pub fn allowed(&mut self) -> Result<&[u32]> {
-        let mask = match self.matchers.as_mut_slice() {
-            [whole] => whole.compute_mask_or_eos().map_err(|e| e.to_string()),
-            parts => union_of_parts(parts),
-        };
+        let mask = allowed_set(&mut self.matchers);
         self.mask = mask.map_err(|e| failure(self.tokens, e))?;
         if self.mask.is_zero() {
             return Err(failure(self.tokens, "no token can continue the text"));
@@ -140,6 +139,14 @@ impl GrammarState {
 /// A grammar failure after `tokens` accepted tokens.
 fn failure(tokens: usize, e: impl std::fmt::Display) -> Error {
     Error::Grammar(format!("after {tokens} tokens: {e}"))
+}
+
+/// S from one matcher for the whole vocabulary, or from one per part.
+fn allowed_set(matchers: &mut [Matcher]) -> std::result::Result<SimpleVob, String> {
+    match matchers {
+        [whole] => whole.compute_mask_or_eos().map_err(|e| e.to_string()),
+        parts => union_of_parts(parts),
+    }
 }
 
 /// S as the union of the parts' sets, computed on several threads
