@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
-use super::{panic_message, ThreadPool};
+use super::{claim_all, panic_message, ThreadPool};
 
 /// Spin-loop iterations a waiting thread spends before it starts yielding its core.
 const SPIN_ITERS: u32 = 20_000;
@@ -113,14 +113,7 @@ pub(super) fn phase(pool: &ThreadPool, n_chunks: usize, f: &(dyn Fn(usize) + Syn
 impl Crew {
     /// Claims and runs chunks of the current phase until none are left.
     fn work(&self, job: &(dyn Fn(usize) + Sync + '_)) {
-        let n = self.n_chunks.load(Acquire);
-        loop {
-            let c = self.next_chunk.fetch_add(1, AcqRel);
-            if c >= n {
-                return;
-            }
-            job(c);
-        }
+        claim_all(&self.next_chunk, self.n_chunks.load(Acquire), job);
     }
 
     /// The leader's side of one phase.
@@ -179,7 +172,7 @@ impl Crew {
 }
 
 /// Spins, then yields, until `ready()`.
-fn wait_until(ready: impl Fn() -> bool) {
+pub(super) fn wait_until(ready: impl Fn() -> bool) {
     let mut spins = 0u32;
     while !ready() {
         if spins < SPIN_ITERS {

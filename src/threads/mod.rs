@@ -191,7 +191,7 @@ pub fn share_items<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
             board.active.fetch_add(1, SeqCst);
             if !board.closed.load(SeqCst) {
                 // SAFETY: the board is open and we are counted in `active` (see above).
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| board.work(unsafe { &*board.job.0 }))) {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| claim_all(&board.next, board.n, unsafe { &*board.job.0 }))) {
                     *board.panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(panic_message(&*panic));
                 }
             }
@@ -199,11 +199,9 @@ pub fn share_items<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
         });
     }
     // SAFETY: the pointer is the caller's own job, alive here.
-    let mine = catch_unwind(AssertUnwindSafe(|| board.work(unsafe { &*job })));
+    let mine = catch_unwind(AssertUnwindSafe(|| claim_all(&board.next, board.n, unsafe { &*job })));
     board.closed.store(true, SeqCst);
-    while board.active.load(SeqCst) != 0 {
-        std::hint::spin_loop();
-    }
+    crew::wait_until(|| board.active.load(SeqCst) == 0);
     if let Err(payload) = mine {
         std::panic::resume_unwind(payload);
     }
@@ -225,16 +223,15 @@ struct Board {
     panicked: Mutex<Option<String>>,
 }
 
-impl Board {
-    /// Claims and runs items until none are left.
-    fn work(&self, job: &(dyn Fn(usize) + Sync)) {
-        loop {
-            let i = self.next.fetch_add(1, AcqRel);
-            if i >= self.n {
-                return;
-            }
-            job(i);
+/// Claims indices `0..n` from `next` and runs `job` on each, until none are left (the
+/// threads sharing `next` each run a disjoint share).
+fn claim_all(next: &AtomicUsize, n: usize, job: &(dyn Fn(usize) + Sync + '_)) {
+    loop {
+        let i = next.fetch_add(1, AcqRel);
+        if i >= n {
+            return;
         }
+        job(i);
     }
 }
 
