@@ -5,6 +5,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Headless Chromium and its WebDriver from Debian, for the chat page's browser test
+# (tests/python/test_webui.py); installed only when missing, which needs root.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver
+    else
+        echo "chromium and chromium-driver are missing and this is not root: install them, or tests/python/test_webui.py fails" >&2
+    fi
+fi
+
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 # The wheel users get: abi3, stripped, manylinux2014 (glibc 2.17), linked by zig. Built once,

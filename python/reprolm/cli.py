@@ -216,7 +216,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         max_concurrent=args.max_concurrent, max_queue=args.max_queue, context_length=args.context_length,
         api_key=args.api_key, alias=args.alias, max_body_bytes=args.max_body_bytes, grace_period=args.grace_period,
-        max_batch_tokens=args.max_batch_tokens,
+        max_batch_tokens=args.max_batch_tokens, webui=args.webui,
     )
     return serve(config)
 
@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser(
         "serve", help="an OpenAI-compatible HTTP server (needs the 'server' extra)",
         description="Serve the model over HTTP with OpenAI's API (/v1/completions, /v1/chat/completions, "
-                    "/v1/models) plus /health, /metrics, /tokenize and /detokenize. The same request with the "
+                    "/v1/models) plus /health, /metrics, /tokenize and /detokenize, and a chat page at /. The same request with the "
                     "same seed gets the same bytes however loaded the server is. SIGTERM or Ctrl-C stops "
                     "accepting connections and lets in-flight requests finish within --grace-period.")
     add_model_options(sv)
@@ -407,13 +407,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rows per forward pass (default 512); smaller keeps long prompts from stalling the "
                          "other sequences' tokens")
     sv.add_argument("--api-key", default=None, metavar="KEY",
-                    help="require 'Authorization: Bearer KEY' on every endpoint but /health (401 otherwise)")
+                    help="require 'Authorization: Bearer KEY' on every endpoint but /health and the chat page at / "
+                         "(401 otherwise)")
     sv.add_argument("--alias", default=None, metavar="NAME",
                     help="the model id clients name (default: the file name without .gguf)")
     sv.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="N",
                     help="larger request bodies get 413 (default 2 MiB)")
     sv.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
                     help="after SIGTERM, how long in-flight requests may take to finish (default 30)")
+    sv.add_argument("--no-webui", dest="webui", action="store_false",
+                    help="do not serve the chat page at / (then / answers 404); the page itself needs no API "
+                         "key and asks for the --api-key one, which it sends only to this server")
     sv.set_defaults(run=_cmd_serve)
 
     i = sub.add_parser("inspect", help="print a GGUF file's metadata and tensor table",

@@ -56,6 +56,8 @@ def test_wheel_in_fresh_venv(tmp_path: Path, model_path: Path, generations: list
         (so,) = [i for i in z.infolist() if i.filename.endswith(".so")]
         # Stripped: the extension with debug info was 28.6 MB; without, about 6.
         assert so.file_size < 12 << 20, so.file_size
+        # the chat page of `reprolm serve` ships inside the package
+        assert "reprolm/server/webui/index.html" in z.namelist()
 
     env = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env)

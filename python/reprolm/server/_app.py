@@ -40,6 +40,7 @@ from ..sampling import Sampler
 from ._errors import ApiError, error_body
 from ._metrics import CONTENT_TYPE, Metrics
 from ._schema import ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, parse_json, validate
+from ._webui import page_response
 
 __all__ = ["ServerConfig", "create_app", "model_fingerprint"]
 
@@ -78,13 +79,15 @@ class ServerConfig:
     """Rows per forward pass (the engine's default, 512, if None): smaller keeps long prompts
     from stalling the other sequences' next tokens, at some cost in prefill speed."""
     api_key: Optional[str] = None
-    """When set, every endpoint but ``/health`` asks for ``Authorization: Bearer <api_key>``."""
+    """When set, every endpoint but ``/health`` and the chat page asks for ``Authorization: Bearer <api_key>``."""
     alias: Optional[str] = None
     """The model id clients name (default: the file name without ``.gguf``)."""
     max_body_bytes: int = 2 * 1024 * 1024
     """Larger request bodies are answered 413."""
     grace_period: float = 30.0
     """Seconds in-flight requests get to finish after SIGTERM."""
+    webui: bool = True
+    """Serve the chat page at ``/`` (without the API key: the page asks for it); False answers 404 there."""
 
     @property
     def model_id(self) -> str:
@@ -729,6 +732,9 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         _count_tokens(server, [ids], generated)
         return _json({**head, "choices": out_choices, "usage": _usage([ids], generated)})
 
+    async def chat_page(request: HttpRequest) -> Response:
+        return page_response()
+
     async def not_found(request: HttpRequest, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         message = (f"no endpoint {request.method} {request.url.path}" if status == 404
@@ -745,6 +751,8 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         Route("/tokenize", endpoint(tokenize), methods=["POST"]),
         Route("/detokenize", endpoint(detokenize), methods=["POST"]),
     ]
+    if config.webui:
+        routes.append(Route("/", endpoint(chat_page, auth=False), methods=["GET"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
