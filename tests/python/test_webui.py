@@ -94,6 +94,17 @@ def by_id(driver: WebDriver, element_id: str) -> WebElement:
     return driver.find_element(By.ID, element_id)
 
 
+def open_page(driver: WebDriver, server: ServerProcess, url: str = "") -> None:
+    """Loads the page (``url``, else the server's root), entering the API key if it asks."""
+    driver.get(url or f"{server.url}/")
+    loaded = lambda: by_id(driver, "model-name").text != "\u2014"  # noqa: E731
+    if wait_for(lambda: "ready" if loaded() else "key" if by_id(driver, "key-dialog").is_displayed() else None,
+                10, "the page neither loaded the model nor asked for the key") == "key":
+        by_id(driver, "api-key").send_keys(API_KEY)
+        by_id(driver, "key-submit").click()
+        wait_for(loaded, 10, "the model name did not load")
+
+
 def set_value(driver: WebDriver, element_id: str, value: str) -> None:
     field = by_id(driver, element_id)
     field.clear()
@@ -218,6 +229,8 @@ def test_no_webui_answers_404(model_path: Path, tmp_path: Path) -> None:
 
 def test_the_page_asks_for_the_key_and_fails_cleanly_without_it(browser: WebDriver, server: ServerProcess) -> None:
     browser.get(f"{server.url}/")
+    browser.execute_script("sessionStorage.clear();")  # no key kept from another test
+    browser.refresh()
     dialog = by_id(browser, "key-dialog")
     wait_for(lambda: dialog.is_displayed(), 10, "the page did not ask for the API key")
     # a wrong key is refused in the dialog
@@ -248,9 +261,7 @@ def test_the_page_asks_for_the_key_and_fails_cleanly_without_it(browser: WebDriv
 def test_a_reply_streams_replays_identically_and_changes_with_the_seed(
     browser: WebDriver, server: ServerProcess, model: reprolm.Model, model_path: Path
 ) -> None:
-    browser.get(f"{server.url}/")  # a fresh page, the key from sessionStorage
-    wait_for(lambda: by_id(browser, "model-name").text != "\u2014", 10, "the model name did not load")
-    assert not by_id(browser, "key-dialog").is_displayed()
+    open_page(browser, server)
     settings(browser, seed="1", max_tokens="24", **PLAIN)
     browser.execute_script(WATCH_STREAM)
     first = send(browser, STORY)
@@ -287,6 +298,9 @@ def test_a_reply_streams_replays_identically_and_changes_with_the_seed(
 def test_without_a_seed_the_page_picks_one_and_the_export_reproduces_the_reply(
     browser: WebDriver, server: ServerProcess, model: reprolm.Model
 ) -> None:
+    open_page(browser, server)
+    settings(browser, seed="5", max_tokens="10", **PLAIN)
+    send(browser, STORY)
     settings(browser, seed="", max_tokens="16")
     reply = send(browser, "And then?")
     seed = meta(reply, "seed")
@@ -304,8 +318,7 @@ def test_without_a_seed_the_page_picks_one_and_the_export_reproduces_the_reply(
 
     # the shared link opens a page with the conversation and settings filled in: Send reproduces it
     browser.get("about:blank")
-    browser.get(link)
-    wait_for(lambda: by_id(browser, "model-name").text != "\u2014", 10, "the model name did not load")
+    open_page(browser, server, link)
     assert by_id(browser, "prompt").get_property("value") == "And then?"
     assert by_id(browser, "seed").get_property("value") == seed
     assert [text_of(r) for r in replies(browser)] == [history[1]]
@@ -316,8 +329,7 @@ def test_without_a_seed_the_page_picks_one_and_the_export_reproduces_the_reply(
 
 
 def test_the_per_token_view(browser: WebDriver, server: ServerProcess) -> None:
-    browser.get(f"{server.url}/")
-    wait_for(lambda: by_id(browser, "model-name").text != "\u2014", 10, "the model name did not load")
+    open_page(browser, server)
     settings(browser, seed="7", max_tokens="20", temperature="0.9", top_p="0.95", top_k="40", min_p="0.05")
     set_checked(browser, "logprobs-on", True)
     settings(browser, top_logprobs="4")
@@ -346,8 +358,10 @@ def test_the_per_token_view(browser: WebDriver, server: ServerProcess) -> None:
     shown = [float(r.find_element(By.CSS_SELECTOR, ".p").text.rstrip("%")) for r in rows]
     assert shown == pytest.approx([100 * math.exp(a["logprob"]) for a in first["top_logprobs"]], abs=0.051)
     assert f"{first['logprob']:.4f}" in popup.find_element(By.CSS_SELECTOR, ".head").text
-    # clicking pins it; the screenshot for the docs shows the page like this
-    spans[min(3, len(spans) - 1)].click()
+    # clicking pins it (here on the least likely token); the screenshot for the docs shows the page so
+    ActionChains(browser).move_to_element(by_id(browser, "prompt")).perform()
+    wait_for(lambda: not popup.is_displayed(), 5, "the popup stayed after the pointer left")
+    spans[min(range(len(reference)), key=lambda i: reference[i]["logprob"])].click()
     wait_for(lambda: popup.is_displayed(), 5, "no popup for the clicked token")
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(SCREENSHOT))
@@ -359,8 +373,7 @@ HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned
 
 
 def test_html_and_script_in_a_reply_stay_text(browser: WebDriver, server: ServerProcess) -> None:
-    browser.get(f"{server.url}/")
-    wait_for(lambda: by_id(browser, "model-name").text != "\u2014", 10, "the model name did not load")
+    open_page(browser, server)
     # the JSON-schema response format makes the model write the hostile string itself
     schema = {"type": "object", "properties": {"html": {"const": HOSTILE}}, "required": ["html"],
               "additionalProperties": False}
@@ -387,8 +400,7 @@ def test_html_and_script_in_a_reply_stay_text(browser: WebDriver, server: Server
 
 
 def test_stop_keeps_what_came_and_its_replay_matches_it(browser: WebDriver, server: ServerProcess) -> None:
-    browser.get(f"{server.url}/")
-    wait_for(lambda: by_id(browser, "model-name").text != "\u2014", 10, "the model name did not load")
+    open_page(browser, server)
     # 120 tokens (the library's reply with this seed does not end sooner): stopped long before
     settings(browser, seed="3", max_tokens="120")
     set_value(browser, "prompt", "Write a long essay about the history of Rome.")
