@@ -390,9 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser(
         "serve", help="an OpenAI-compatible HTTP server (needs the 'server' extra)",
         description="Serve the model over HTTP with OpenAI's API (/v1/completions, /v1/chat/completions, "
-                    "/v1/models) plus /health, /metrics, /tokenize and /detokenize, and a chat page at /. The same request with the "
-                    "same seed gets the same bytes however loaded the server is. SIGTERM or Ctrl-C stops "
-                    "accepting connections and lets in-flight requests finish within --grace-period.")
+                    "/v1/models) plus /health, /metrics, /tokenize and /detokenize, and a chat page at /. The "
+                    "same request with the same seed gets the same bytes however loaded the server is. SIGTERM "
+                    "or Ctrl-C stops accepting connections and lets in-flight requests finish within "
+                    "--grace-period.")
     add_model_options(sv)
     sv.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")

@@ -5,7 +5,8 @@ The page asks for the API key and refuses cleanly without it; a reply streams in
 the same bytes and changes with the seed (each compared with the library's own reply); the
 exported request and the shared link reproduce it; the per-token view shows the
 probabilities; model output holding HTML and ``<script>`` stays text; nothing is fetched from
-anywhere but the server. The last test saves the screenshot in ``docs/images/chat-page.png``.
+anywhere but the server. The per-token test saves the screenshot in
+``docs/images/chat-page.png`` (the docs page shows it).
 """
 
 from __future__ import annotations
@@ -420,6 +421,10 @@ def test_stop_keeps_what_came_and_its_replay_matches_it(browser: WebDriver, serv
 
 
 def test_every_request_went_to_the_server(browser: WebDriver, server: ServerProcess) -> None:
+    open_page(browser, server)
+    settings(browser, max_tokens="4")
+    set_checked(browser, "logprobs-on", True)
+    send(browser, "Hi")
     # Chromium's network log of everything loaded or fetched in this module's tests: (url, page)
     requests = []
     for entry in browser.get_log("performance"):
