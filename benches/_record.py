@@ -68,6 +68,6 @@ def write(benchmark: str, results: dict[str, Any], *, model: Optional[str] = Non
     directory = records_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{benchmark}-{now:%Y%m%dT%H%M%SZ}-{os.getpid()}.json"
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"record: {path}", file=sys.stderr)
     return path
