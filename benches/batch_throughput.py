@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Optional
 
 from _machine import cpu_name
+from _record import write as write_record
 
 PROMPT_TOKENS = 128
 NEW_TOKENS = 128
@@ -137,6 +138,7 @@ def main() -> None:
     else:
         print(f"(no llama-batched-bench in {args.llamacpp_bin}: llama.cpp columns left out)")
 
+    configurations: list[dict[str, object]] = []
     for precision, kv_dtype in [(p, k) for p in args.precision for k in args.kv_dtype]:
         model = reprolm.Model.load(model_path, threads=args.threads, precision=precision,
                                    max_concurrent=max(args.concurrency), kv_dtype=kv_dtype)
@@ -153,8 +155,13 @@ def main() -> None:
                 runs[(n, sampled)].append(run_reprolm(model, n, sampled))
         median = {case: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for case, rs in runs.items()}
         single = median[(1, False)]["decode"] if (1, False) in median else None
+        rows: list[dict[str, object]] = []
         for n, sampled in cases:
             r = median[(n, sampled)]
+            rows.append({"n": n, "sampler": "sampled" if sampled else "greedy", **r,
+                         "x_single": r["decode"] / single if single else None,
+                         "llamacpp": llama.get(n) if llama else None,
+                         "llamacpp_decode_ratio": r["decode"] / llama[n]["s_tg"] if llama and n in llama else None})
             line = (f"{n:3d}  {'sampled' if sampled else 'greedy ':8s} {r['total']:11.1f}  {r['decode']:12.1f}"
                     f"  {r['decode'] / single if single else float('nan'):7.2f}x"
                     f"  {r['ttft50']:7.1f}/{r['ttft99']:<7.1f}  {r['itl50']:6.2f}/{r['itl99']:<6.2f}")
@@ -162,6 +169,10 @@ def main() -> None:
                 lr = llama[n]
                 line += f"   {lr['s_tg']:13.1f} {lr['s']:6.1f}   {r['decode'] / lr['s_tg']:5.2f}x"
             print(line, flush=True)
+        configurations.append({"precision": precision, "kv_dtype": kv_dtype, "rows": rows})
+    write_record("batch_throughput", {"threads": args.threads, "rounds": args.rounds, "prompt_tokens": PROMPT_TOKENS,
+                                      "new_tokens": NEW_TOKENS, "configurations": configurations},
+                 model=Path(model_path).name)
 
 
 if __name__ == "__main__":

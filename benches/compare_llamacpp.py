@@ -41,6 +41,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from _record import write as write_record
+
 PREFILL_TOKENS = 512
 DECODE_TOKENS = 128
 TTFT_TOKENS = 64
@@ -169,6 +171,7 @@ def main() -> None:
                      "(builds llama.cpp; CMAKE_ARGS=-DGGML_NATIVE=ON for this CPU), or pass --no-llamacpp")
     print(f"model: {args.model}; {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, {' '.join(engines)}"
           f" alternating; reprolm precision {args.precision}")
+    by_threads: list[dict[str, Any]] = []
     for threads in args.threads:
         results: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
         for round_ in range(args.rounds + 1):
@@ -180,15 +183,23 @@ def main() -> None:
         others = engines[1:]
         print(f"  {'metric':<14}" + "".join(f" {e:>10}" for e in engines)
               + "".join(f" {'vs ' + ('base' if e == 'baseline' else e):>12}" for e in others))
+        medians: dict[str, dict[str, float]] = {e: {} for e in engines}
+        ratios: dict[str, dict[str, float]] = {e: {} for e in others}
         for metric in results["reprolm"][0]:
             line = f"  {metric:<14}"
             for e in engines:
-                line += f" {statistics.median(r[metric] for r in results[e]):>10.1f}"
+                medians[e][metric] = statistics.median(r[metric] for r in results[e])
+                line += f" {medians[e][metric]:>10.1f}"
             a = [r[metric] for r in results["reprolm"]]
             for e in others:
                 b = [r[metric] for r in results[e]]
-                line += f" {statistics.median(x / y for x, y in zip(a, b)):>11.3f}x"
+                ratios[e][metric] = statistics.median(x / y for x, y in zip(a, b))
+                line += f" {ratios[e][metric]:>11.3f}x"
             print(line)
+        by_threads.append({"threads": threads, "medians": medians, "reprolm_over": ratios})
+    write_record("compare_llamacpp", {"precision": args.precision, "rounds": args.rounds,
+                                      "model_bytes": os.path.getsize(args.model), "by_threads": by_threads},
+                 model=os.path.basename(args.model))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reprolm  # noqa: E402
 from _machine import cpu_name  # noqa: E402
+from _record import write as write_record  # noqa: E402
 from reprolm import Grammar, Sampler  # noqa: E402
 
 SCHEMA = {
@@ -126,8 +127,10 @@ def main() -> int:
         r["p99_share_of_step"] = round(share, 4)
         print(f"{name:<12} {r['steps']:>6} {r['mask_p50_us']:>8} {r['mask_p99_us']:>8} {r['mask_max_us']:>8} "
               f"{share:>8.2%} {r['constrained_tokens_per_s']:>9}")
-    print(json.dumps({"cpu": cpu_name(), "threads": model.threads, "unconstrained_tokens_per_s":
-                      round(statistics.median(plain_rates), 1), "grammars": results}))
+    summary = {"cpu": cpu_name(), "threads": model.threads, "unconstrained_tokens_per_s":
+               round(statistics.median(plain_rates), 1), "unconstrained_step_us": round(step_us), "grammars": results}
+    print(json.dumps(summary))
+    write_record("grammar_mask", {k: v for k, v in summary.items() if k != "cpu"}, model=model.path.name)
     return 0
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _record import write as write_record
+
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 
@@ -41,14 +43,17 @@ def main() -> None:
     prompts = [g["prompt_ids"] for g in json.loads((DATA / "generations.json").read_text())]
     reference = np.load(DATA / "last_logits.npy")
     print(f"{'engine':<22} {'mean KL':>10} {'max |diff|':>11}")
+    engines: dict[str, dict[str, float]] = {}
     for precision in ("float32", "int8"):
         model = reprolm.Model.load(path, precision=precision)
         kl, diff = mean_kl(reference, [model.logits(p)[-1] for p in prompts])
+        engines[f"reprolm {precision}"] = {"mean_kl": kl, "max_abs_diff": diff}
         print(f"{'reprolm ' + precision:<22} {kl:>10.3e} {diff:>11.3e}")
     try:
         import llama_cpp
     except ImportError:
         print("llama.cpp: not installed (pip install llama-cpp-python)")
+        write_record("kl_vs_reference", {"prompts": len(prompts), "engines": engines}, model=Path(path).name)
         return
     llm = llama_cpp.Llama(path, n_ctx=512, logits_all=True, verbose=False)
     logits = []
@@ -57,7 +62,9 @@ def main() -> None:
         llm.eval(p)
         logits.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32))
     kl, diff = mean_kl(reference, logits)
+    engines["llama.cpp"] = {"mean_kl": kl, "max_abs_diff": diff}
     print(f"{'llama.cpp':<22} {kl:>10.3e} {diff:>11.3e}")
+    write_record("kl_vs_reference", {"prompts": len(prompts), "engines": engines}, model=Path(path).name)
 
 
 if __name__ == "__main__":

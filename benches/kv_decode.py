@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from _record import write as write_record
+
 POSITIONS = [128, 1024, 4096, 8000]
 CONTEXT = 8192
 TEXT = (
@@ -125,12 +127,16 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(table(result))
+    engines = [result]
     if args.llama_cpp_python:
         cmd = [args.llama_cpp_python, __file__, "--engine", "llama-cpp", "--json", "--model", str(model_path),
                "--threads", str(args.threads), "--steps", str(args.steps), "--clock", args.clock]
         other = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         print()
         print(table(other))
+        engines.append(other)
+    write_record("kv_decode", {"threads": args.threads, "steps": args.steps, "clock": args.clock, "engines": engines},
+                 model=Path(model_path).name)
 
 
 if __name__ == "__main__":

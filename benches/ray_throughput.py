@@ -32,6 +32,7 @@ import reprolm
 import reprolm.ray as rray
 
 from _machine import cpu_name
+from _record import write as write_record
 
 
 WORDS = ["river", "number", "castle", "theorem", "bread", "orbit", "violin", "glacier", "market", "engine"]
@@ -61,12 +62,16 @@ def main() -> None:
     print(f"  {'configuration':<24} {'seconds':>8} {'rows/s':>8} {'tok/s':>8}")
 
     results: dict[str, dict[int, list[int]]] = {}
+    measured: list[dict[str, Any]] = []
 
     def report(name: str, seconds: float, out: dict[int, list[int]]) -> None:
         results[name] = out
+        measured.append({"configuration": name, "seconds": seconds, "rows_per_s": args.rows / seconds,
+                         "tokens_per_s": args.rows * args.max_tokens / seconds})
         print(f"  {name:<24} {seconds:8.2f} {args.rows / seconds:8.2f} {args.rows * args.max_tokens / seconds:8.1f}",
               flush=True)
 
+    model_file = probe.model.path.name
     model = reprolm.Model.load(probe.model.path, threads=1)
     # The seeds reprolm.ray derives from the row ids (key_column="id").
     samplers = {r["id"]: dataclasses.replace(base, seed=rray.row_seed(base.seed, r["id"])) for r in data}
@@ -98,6 +103,9 @@ def main() -> None:
     first = next(iter(results.values()))
     same = all(r == first for r in results.values())
     print(f"every configuration gave the same tokens: {'yes' if same else 'NO'}")
+    write_record("ray_throughput", {"rows": args.rows, "mean_prompt_tokens": n_prompt, "max_tokens": args.max_tokens,
+                                    "batch_size": args.batch_size, "configurations": measured,
+                                    "same_tokens": same}, model=model_file)
     if not same:
         raise SystemExit(1)
 

@@ -41,6 +41,7 @@ from typing import Any, Optional
 import httpx
 
 from _machine import cpu_name
+from _record import write as write_record
 
 TEXTS = [
     "The capital of France is",
@@ -235,6 +236,15 @@ def main() -> int:
             if a and b:
                 print(f"  C={c:<3} reprolm / llama-server: tok/s {a['tok/s'] / b['tok/s']:.2f}x, "
                       f"ITL p99 {a['itl99'] / b['itl99']:.2f}x, TTFT p50 {a['ttft50'] / b['ttft50']:.2f}x")
+    write_record("server_throughput", {
+        "threads": args.threads, "max_tokens": args.max_tokens, "precision": args.precision,
+        "servers": {name: [{"concurrency": c, **r} for c, r in by_c.items()] for name, by_c in results.items() if by_c},
+        "reprolm_over_llama_server": [
+            {"concurrency": c, "tok/s": a["tok/s"] / b["tok/s"], "itl99": a["itl99"] / b["itl99"],
+             "ttft50": a["ttft50"] / b["ttft50"]}
+            for c in args.concurrency
+            for a, b in [(results["reprolm"].get(c), results["llama-server"].get(c))] if a and b],
+    }, model=args.model.name)
     return 0
 
 

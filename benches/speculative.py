@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reprolm  # noqa: E402
 from _machine import cpu_name  # noqa: E402
+from _record import write as write_record  # noqa: E402
 from reprolm import Model, Sampler, Speculative  # noqa: E402
 
 ARTICLE = (
@@ -144,10 +145,15 @@ def timed(model: Model, prompt: str, max_tokens: int, sampler: Sampler, speculat
     return best, completion
 
 
-def row(name: str, mode: str, plain: tuple[float, reprolm.Completion], fast: tuple[float, reprolm.Completion]) -> float:
+def row(name: str, mode: str, plain: tuple[float, reprolm.Completion], fast: tuple[float, reprolm.Completion],
+        rows: list[dict[str, Any]]) -> float:
     stats = fast[1].speculation
     assert stats is not None
     same = fast[1].token_ids == plain[1].token_ids
+    rows.append({"prompt": name, "mode": mode, "tokens_plain": len(plain[1].token_ids),
+                 "tokens_spec": len(fast[1].token_ids), "plain_tokens_per_s": plain[0], "spec_tokens_per_s": fast[0],
+                 "speedup": fast[0] / plain[0], "acceptance_rate": stats.acceptance_rate,
+                 "mean_accepted_length": stats.mean_accepted_length, "same_tokens": same})
     print(f"  {name:<17} {mode:<7} {len(plain[1].token_ids):>4} {len(fast[1].token_ids):>4} {plain[0]:>8.1f} "
           f"{fast[0]:>8.1f} {fast[0] / plain[0]:>6.2f}x {stats.acceptance_rate:>7.1%} "
           f"{stats.mean_accepted_length:>6.2f} {'yes' if same else 'no':>5}")
@@ -159,19 +165,21 @@ HEADER = (f"  {'prompt':<17} {'mode':<7} {'toks':>4} {'toks':>4} {'plain':>8} {'
 
 
 def section(title: str, target: Model, prompts: dict[str, str], speculative: Speculative,
-            args: argparse.Namespace) -> None:
+            args: argparse.Namespace) -> dict[str, Any]:
     print(f"\n{title}")
+    rows: list[dict[str, Any]] = []
     print(HEADER)
     ratios: dict[str, list[float]] = {"greedy": [], "T=0.7": []}
     for name, prompt in prompts.items():
         for mode, sampler in [("greedy", Sampler.greedy()), ("T=0.7", Sampler(temperature=0.7, seed=1))]:
             plain = timed(target, prompt, args.max_tokens, sampler, None, args.repeats)
             fast = timed(target, prompt, args.max_tokens, sampler, speculative, args.repeats)
-            ratios[mode].append(row(name, mode, plain, fast))
+            ratios[mode].append(row(name, mode, plain, fast, rows))
             if mode == "greedy":
                 assert fast[1].token_ids == plain[1].token_ids, "greedy speculative output differs"
     for mode, r in ratios.items():
         print(f"  mean speed-up, {mode}: {sum(r) / len(r):.2f}x")
+    return {"section": title, "rows": rows, "mean_speedup": {mode: sum(r) / len(r) for mode, r in ratios.items()}}
 
 
 def f16_path(source: Path) -> Path:
@@ -182,12 +190,14 @@ def f16_path(source: Path) -> Path:
     return dst
 
 
-def llamacpp_python(model_path: Path, prompts: dict[str, str], args: argparse.Namespace) -> None:
+def llamacpp_python(model_path: Path, prompts: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    print(f"\nllama-cpp-python {llama_cpp.__version__}, LlamaPromptLookupDecoding(num_pred_tokens={args.draft_tokens}),"
-          " greedy")
+    title = (f"llama-cpp-python {llama_cpp.__version__}, LlamaPromptLookupDecoding(num_pred_tokens={args.draft_tokens}),"
+             " greedy")
+    print(f"\n{title}")
+    rows: list[dict[str, Any]] = []
     for name, prompt in prompts.items():
         speeds, texts = [], []
         for draft in [None, LlamaPromptLookupDecoding(num_pred_tokens=args.draft_tokens)]:
@@ -202,6 +212,9 @@ def llamacpp_python(model_path: Path, prompts: dict[str, str], args: argparse.Na
             texts.append(out["choices"][0]["text"])
         print(f"  {name:<17} plain {speeds[0]:8.1f} tok/s, lookup {speeds[1]:8.1f} tok/s, "
               f"{speeds[1] / speeds[0]:.2f}x, same text: {'yes' if texts[0] == texts[1] else 'no'}")
+        rows.append({"prompt": name, "plain_tokens_per_s": speeds[0], "lookup_tokens_per_s": speeds[1],
+                     "speedup": speeds[1] / speeds[0], "same_text": texts[0] == texts[1]})
+    return {"title": title, "rows": rows}
 
 
 def llama_lookup_tool(binary: Path, model_path: Path, prompts: dict[str, str], args: argparse.Namespace) -> None:
@@ -243,21 +256,24 @@ def main() -> None:
     source = reprolm.default_model_path()
     print(f"{cpu_name()}; {args.threads} threads; max_tokens {args.max_tokens}; best of {args.repeats}; "
           f"draft_tokens {args.draft_tokens} (adaptive)")
+    sections: list[dict[str, Any]] = []
+    llamacpp: Optional[dict[str, Any]] = None
     if "lookup" not in args.skip:
         target = Model.load(source, threads=args.threads)
         for name, prompt in GROUNDED.items():
             assert len(target.tokenize(prompt, special=True)) >= 300, name
-        section(f"(a) prompt lookup, {source.name} (float32)", target, GROUNDED,
-                Speculative("lookup", draft_tokens=args.draft_tokens), args)
+        sections.append(section(f"(a) prompt lookup, {source.name} (float32)", target, GROUNDED,
+                Speculative("lookup", draft_tokens=args.draft_tokens), args))
     if "draft-model" not in args.skip:
         target = Model.load(f16_path(source), threads=args.threads)
         drafter = Model.load(source, threads=args.threads, precision="int8")
-        section(f"(b) draft model: target {target.path.name} (float32), drafter {source.name} (int8)",
-                target, {**GENERAL, **GROUNDED}, Speculative(drafter, draft_tokens=args.draft_tokens), args)
+        sections.append(section(f"(b) draft model: target {target.path.name} (float32), drafter {source.name} (int8)",
+                                target, {**GENERAL, **GROUNDED}, Speculative(drafter, draft_tokens=args.draft_tokens),
+                                args))
     if "llamacpp" not in args.skip:
         try:
             import llama_cpp  # noqa: F401
-            llamacpp_python(source, GROUNDED, args)
+            llamacpp = llamacpp_python(source, GROUNDED, args)
         except ImportError:
             binary = args.llamacpp_bin / "llama-lookup"
             if binary.exists():
@@ -265,6 +281,9 @@ def main() -> None:
                 llama_lookup_tool(binary, source, GROUNDED, args)
             else:
                 print("\nllama.cpp comparison skipped: neither llama-cpp-python nor llama-lookup found")
+    write_record("speculative", {"threads": args.threads, "max_tokens": args.max_tokens, "repeats": args.repeats,
+                                 "draft_tokens": args.draft_tokens, "sections": sections, "llamacpp_python": llamacpp},
+                 model=source.name)
 
 
 if __name__ == "__main__":

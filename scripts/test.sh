@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh machine and runs the whole test suite:
 # a virtual environment in .venv, reprolm built and installed into it (with the test extras),
-# the default model and Gemma 3 270M fetched into the cache, then the cargo tests and pytest.
+# the default model and Gemma 3 270M fetched into the cache, then the cargo tests, the docs build
+# and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,4 +38,11 @@ cargo test --profile fasttest
 REPROLM_FUZZ_SMOKE_SECONDS=4 bash fuzz/smoke.sh
 # Counting mode (the chapter's theorem 7.3 against the multiplications the kernels perform).
 cargo test --profile fasttest --features count-ops --test op_counts
+# The documentation site (docs/, mkdocs.yml; mkdocs and its plugins come with the test extra):
+# strict mode fails on any warning, such as a broken link or anchor or an API reference that
+# does not resolve (not --quiet: it would hide the warnings from strict mode). Built into a
+# temporary directory, removed afterwards.
+docs_site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$docs_site"
+rm -rf "$docs_site"
 .venv/bin/python -m pytest

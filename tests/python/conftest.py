@@ -14,7 +14,7 @@ import reprolm
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
-# ray.init() in the tests (and in the README examples they run) starts a Ray instance of its
+# ray.init() in the tests (and in the docs examples they run) starts a Ray instance of its
 # own: never join a cluster that happens to run on this machine.
 os.environ["RAY_ADDRESS"] = "local"
 

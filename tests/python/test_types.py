@@ -1,12 +1,14 @@
-"""Static types (issue 6): mypy --strict on the package and on the README's examples, and
-stubtest on the extension module's stub. (The examples are run by test_readme.py.)"""
+"""Static types (issue 6): mypy --strict on the package and on the examples of the README and
+the docs, and stubtest on the extension module's stub. (The examples are run by
+test_docs_examples.py.)"""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
+
+from _doc_blocks import blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWLIST = Path(__file__).resolve().parent / "stubtest_allowlist.txt"
@@ -18,7 +20,7 @@ def mypy(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def readme_examples() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    return [block.code for block in blocks()]
 
 
 def test_package_passes_mypy_strict() -> None:

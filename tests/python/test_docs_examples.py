@@ -1,12 +1,12 @@
-"""Every Python example of the README runs and prints what its comments say (issue 17,
-defect 5: the streaming example printed an empty haiku)."""
+"""Every Python example of the README and of the documentation pages (docs/) runs, and prints
+what its comments say. The examples with a marker below get a test of their own that checks
+their output; every other example is run as it is by test_every_other_example_runs."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -15,38 +15,82 @@ import pytest
 
 import reprolm
 import reprolm.ray
+from _doc_blocks import ROOT, Block, blocks
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-BLOCKS = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
+BLOCKS = blocks()
+
+# Each marker names the one example (on the page given) that a test below runs and checks.
+MARKERS = {
+    'model.stream("Once upon a time"': "README.md",
+    "Hello world": "docs/quickstart.md",
+    "Write a haiku": "docs/quickstart.md",
+    "model.submit": "docs/quickstart.md",
+    "model.chat(messages": "docs/quickstart.md",
+    "logit_bias": "docs/generation.md",
+    "CallableModel": "docs/generation.md",
+    "running(config)": "docs/server.md",
+    "Grammar.json_schema(person)": "docs/constrained-decoding.md",
+    'speculative="lookup"': "docs/speculative-decoding.md",
+    "reprolm.ray.generate": "docs/ray.md",
+}
+
+
+def page(name: str) -> str:
+    return (ROOT / name).read_text()
+
+
+def block(marker: str) -> Block:
+    (found,) = [b for b in BLOCKS if marker in b.code]
+    return found
 
 
 def run_block(marker: str) -> tuple[dict[str, Any], str]:
-    """Runs the one README block containing `marker`: (its variables, what it printed)."""
-    (code,) = [b for b in BLOCKS if marker in b]
+    """Runs the one example containing `marker`: (its variables, what it printed)."""
+    code = block(marker)
     namespace: dict[str, Any] = {}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, f"README.md block with {marker!r}", "exec"), namespace)
+        exec(compile(code.code, f"{code.page} block with {marker!r}", "exec"), namespace)
     return namespace, printed.getvalue()
 
 
-def test_the_blocks_are_found() -> None:
-    assert len(BLOCKS) == 10
-    for marker in ["Hello world", "Write a haiku", "model.submit", "model.chat(messages", "reprolm.ray.generate",
-                   "logit_bias", "CallableModel", "running(config)", "Grammar.json_schema(person)",
-                   'speculative="lookup"']:
-        assert sum(marker in b for b in BLOCKS) == 1, marker
+def test_the_marked_blocks_are_found() -> None:
+    for marker, where in MARKERS.items():
+        assert sum(marker in b.code for b in BLOCKS) == 1, marker
+        assert block(marker).page == where, marker
+
+
+OTHER_BLOCKS = [b for b in BLOCKS if not any(marker in b.code for marker in MARKERS)]
+
+
+@pytest.mark.parametrize("example", OTHER_BLOCKS, ids=[f"{b.page}:{i}" for i, b in enumerate(OTHER_BLOCKS)])
+def test_every_other_example_runs(example: Block) -> None:
+    exec(compile(example.code, example.page, "exec"), {})
+
+
+def test_readme_quick_start() -> None:
+    ns, printed = run_block('model.stream("Once upon a time"')
+    code = block('model.stream("Once upon a time"').code
+    out = ns["out"]
+    # print(out.text, out.finish_reason)  # ' Paris.\n\nThe answer is: ...' 'length'
+    assert "# ' Paris.\\n\\nThe answer is: ...' 'length'" in code
+    assert out.text.startswith(" Paris.\n\nThe answer is: ") and out.finish_reason == "length"
+    first, story = printed.split(" length\n", 1)
+    assert first == out.text
+    model, sampler = ns["model"], ns["sampler"]
+    assert story == model.generate("Once upon a time", sampler=sampler, max_tokens=32).text + "\n"
 
 
 def test_quick_start() -> None:
     ns, printed = run_block("Hello world")
+    code = block("Hello world").code
     out = ns["out"]
     # print(out.text, out.finish_reason)  # ' Paris.\n\nThe answer is: ...' 'length'
-    assert "# ' Paris.\\n\\nThe answer is: ...' 'length'" in BLOCKS[0]
+    assert "# ' Paris.\\n\\nThe answer is: ...' 'length'" in code
     assert out.text.startswith(" Paris.\n\nThe answer is: ") and out.finish_reason == "length"
     assert printed.startswith(out.text + " length\n")
-    assert "# [19556, 905]" in BLOCKS[0] and ns["ids"] == [19556, 905]
-    assert "shape (2, 49152)" in BLOCKS[0]
+    assert "# [19556, 905]" in code and ns["ids"] == [19556, 905]
+    assert "shape (2, 49152)" in code
     assert ns["logits"].shape == (2, 49152) and ns["logits"].dtype == np.float32
     assert ns["nxt"].shape == (49152,)
 
@@ -56,7 +100,7 @@ def test_streaming_prints_a_haiku() -> None:
     text, finished, rest = printed.partition("\n[eos]\n")
     assert finished, printed
     assert len(text.strip().splitlines()) >= 3, printed  # a poem, not an empty line
-    assert "(The waves of the sea, ...)" in README and text.startswith("The waves of the sea, ")
+    assert "(The waves of the sea, ...)" in page("docs/quickstart.md") and text.startswith("The waves of the sea, ")
     assert ns["out"].text == " Paris"
     assert rest == "[' 4, 5, 6', ' D, E, F, G,']\n"
     outs = ns["outs"]
@@ -81,9 +125,10 @@ def test_many_requests_at_once() -> None:
 
 def test_chat() -> None:
     ns, printed = run_block("model.chat(messages")
+    text = page("docs/quickstart.md")
     assert printed.startswith("<|im_start|>system\nYou are a helpful ")
-    assert "# <|im_start|>system\\nYou are a helpful ..." in README
-    assert "# 'The capital of France is Paris.'" in README
+    assert "# <|im_start|>system\\nYou are a helpful ..." in text
+    assert "# 'The capital of France is Paris.'" in text
     assert ns["reply"].text == "The capital of France is Paris."
     assert [t["role"] for t in ns["turns"]] == ["user", "assistant"] * 2
     assert all(t["content"] for t in ns["turns"])
@@ -100,11 +145,11 @@ def test_sampling_and_toy_models(marker: str) -> None:
 def test_constrained_decoding() -> None:
     ns, printed = run_block("Grammar.json_schema(person)")
     lines = printed.splitlines()
-    block = next(b for b in BLOCKS if "Grammar.json_schema(person)" in b)
+    code = block("Grammar.json_schema(person)").code
     # Each comment shows what its line prints.
     assert lines == ['{"name": "John", "age": 30} eos', "2022-01-01", "positive", "4 + 2 = 6"]
     for line in lines:
-        assert f"# {line}" in block, line
+        assert f"# {line}" in code, line
     assert json.loads(ns["out"].text) == {"name": "John", "age": 30}
 
 
@@ -126,14 +171,15 @@ def test_ray_example(model: reprolm.Model) -> None:
             local.text, local.token_ids, local.finish_reason, None)
     third = rows[3]
     assert f"{third['text']} {third['finish_reason']} None" in printed.splitlines()
-    assert f"# {third['text']!r} {third['finish_reason']!r} None" in README
+    assert f"# {third['text']!r} {third['finish_reason']!r} None" in page("docs/ray.md")
 
 
 def test_server_in_process() -> None:
     ns, printed = run_block("running(config)")
+    text = page("docs/server.md")
     reply, fingerprint, choices = printed.splitlines()
-    assert "# The capital of France is Paris." in README and reply == "The capital of France is Paris."
-    assert "# reprolm-0.1.0-b179c9523d0e (version, file hash)" in README
+    assert "# The capital of France is Paris." in text and reply == "The capital of France is Paris."
+    assert "# reprolm-0.1.0-b179c9523d0e (version, file hash)" in text
     assert fingerprint == ns["reply"].system_fingerprint and fingerprint.startswith(f"reprolm-{reprolm.__version__}-")
     model = reprolm.Model.default()
     expected = [model.generate("Once upon a time", max_tokens=16, sampler=reprolm.Sampler(temperature=0.8, seed=7 + i)).text
@@ -144,7 +190,7 @@ def test_server_in_process() -> None:
 def test_speculative_decoding() -> None:
     ns, printed = run_block('speculative="lookup"')
     first, second = printed.splitlines()
-    assert first == "True True" and "# True True" in README
+    assert first == "True True" and "# True True" in page("docs/speculative-decoding.md")
     assert second.startswith("True ") and second.endswith("%")
     stats = ns["stats"]
     assert second == f"True {stats.acceptance_rate:.0%}"
