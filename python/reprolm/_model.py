@@ -471,7 +471,12 @@ class Model:
         """The prompt :meth:`chat` generates from: ``messages`` rendered by
         :meth:`apply_chat_template` (with the generation prompt), tokenized with special
         tokens parsed."""
-        ids = self.tokenize(self.apply_chat_template(messages, template=template), special=True)
+        return self.chat_text_ids(self.apply_chat_template(messages, template=template))
+
+    def chat_text_ids(self, text: str) -> list[int]:
+        """The ids of a rendered chat prompt ``text``: tokenized with special tokens parsed,
+        without a doubled beginning-of-sequence token."""
+        ids = self.tokenize(text, special=True)
         # A template that writes bos_token itself, for a tokenizer that also prepends it.
         bos = self.config.bos_id
         if bos is not None and ids[:2] == [bos, bos] and self.tokenize("") == [bos]:
