@@ -199,8 +199,11 @@ def _call_schemas(tools: Sequence[Tool], arguments_key: str, defs: dict[str, Any
         for root in ("$defs", "definitions"):
             for key, sub in dict(tool.parameters.get(root, {})).items():
                 defs[prefix + key] = _rename_refs(sub, prefix)
-        out.append({"type": "object", "properties": {"name": {"const": tool.name},
-                                                      arguments_key: _rename_refs(tool.parameters, prefix)},
+        parameters = _rename_refs(tool.parameters, prefix)
+        if "properties" in parameters and "additionalProperties" not in parameters:
+            # the declared arguments only (a small model otherwise invents more, forever)
+            parameters["additionalProperties"] = False
+        out.append({"type": "object", "properties": {"name": {"const": tool.name}, arguments_key: parameters},
                     "required": ["name", arguments_key], "additionalProperties": False})
     return out
 
@@ -455,6 +458,7 @@ def _json_values(text: str) -> Optional[list[Any]]:
 
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_EMPTY_THINK = re.compile(r"^\s*<think>\s*</think>")
 _MISTRAL_NAMED = re.compile(r"([A-Za-z0-9_.\-]+)(?:\[CALL_ID\][A-Za-z0-9]*)?\[ARGS\]")
 
 
@@ -475,7 +479,7 @@ def parse_reply(text: str, family: Family, tools: Sequence[Tool], *, key: bytes 
             items.append(values[0])
         found = None if items is None else _calls(items, ("arguments", "parameters"), tools)
         if found is not None:
-            content = _HERMES.sub("", text).strip()
+            content = _EMPTY_THINK.sub("", _HERMES.sub("", text)).strip()
     elif family == "llama3":
         body = text.strip().removeprefix("<|python_tag|>")
         values = _json_values(body)
