@@ -33,7 +33,7 @@ from .errors import GrammarError, ToolError
 from .grammar import Grammar
 
 __all__ = ["Tool", "ToolCall", "ToolChoice", "Family", "ToolPlan", "tools_from_openai", "tool_choice_from_openai",
-           "template_family", "generic_instruction", "plan", "parse_reply", "call_id", "history_message"]
+           "template_family", "generic_instruction", "plan", "strict_schema", "parse_reply", "call_id", "history_message"]
 
 Family = Literal["hermes", "llama3", "mistral", "generic"]
 ToolChoice = Union[Literal["auto", "none", "required"], str]
@@ -187,6 +187,20 @@ def _rename_refs(node: Any, prefix: str) -> Any:
         return out
     if isinstance(node, list):
         return [_rename_refs(v, prefix) for v in node]
+    return node
+
+
+def strict_schema(node: Any) -> Any:
+    """``node`` with ``"additionalProperties": false`` on every object schema that declares
+    ``properties`` and leaves it unset: OpenAI's ``strict`` structured outputs, where an
+    object holds its declared properties only."""
+    if isinstance(node, Mapping):
+        out = {k: strict_schema(v) for k, v in node.items()}
+        if isinstance(node.get("properties"), Mapping) and "additionalProperties" not in node:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [strict_schema(v) for v in node]
     return node
 
 

@@ -34,6 +34,7 @@ from .._core import __version__
 from .._decoding import StepInfo
 from .._model import EngineStats, KvDtype, Model, Precision
 from ..grammar import Grammar
+from ..tools import strict_schema
 from .._request import Request
 from .._results import Chunk
 from ..sampling import Sampler
@@ -384,11 +385,14 @@ def _seed(seed: Optional[int], i: int) -> int:
 
 def _grammar(body: Union[CompletionBody, ChatBody]) -> Optional[Grammar]:
     """The grammar of ``response_format``: none for text, any JSON object for
-    ``json_object``, the given schema for ``json_schema``."""
+    ``json_object``, the given schema for ``json_schema`` (with ``"strict": true``, as
+    OpenAI's strict mode, objects hold only their declared properties: :func:`strict_schema`)."""
     fmt = body.response_format
     if fmt is None or fmt["type"] == "text":
         return None
     schema = {"type": "object"} if fmt["type"] == "json_object" else fmt["json_schema"].get("schema", {})
+    if fmt["type"] == "json_schema" and fmt["json_schema"].get("strict") is True:
+        schema = strict_schema(schema)
     try:
         return Grammar.json_schema(schema)
     except errors.GrammarError as e:

@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 from .. import errors
 from .._model import Model
 from ..grammar import Grammar
-from ..tools import ToolCall, ToolPlan, history_message, plan, tool_choice_from_openai, tools_from_openai
+from ..tools import (ToolCall, ToolPlan, history_message, plan, strict_schema, tool_choice_from_openai,
+                     tools_from_openai)
 from ._errors import ApiError
 from ._schema import ChatBody
 
@@ -76,7 +77,8 @@ def _response_schema(body: ChatBody) -> Optional[dict[str, Any]]:
     if fmt["type"] == "json_object":
         return {"type": "object"}
     schema = fmt["json_schema"].get("schema", {})
-    return schema if isinstance(schema, dict) else {}
+    schema = schema if isinstance(schema, dict) else {}
+    return strict_schema(schema) if fmt["json_schema"].get("strict") is True else schema
 
 
 def request_key(data: dict[str, Any]) -> bytes:
