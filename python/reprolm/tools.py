@@ -458,7 +458,8 @@ def _calls(items: Sequence[Any], arguments_keys: Sequence[str], tools: Sequence[
 def _json_values(text: str) -> Optional[list[Any]]:
     """The JSON values ``text`` holds, separated by whitespace or ``;`` (None if it holds other text)."""
     decoder = json.JSONDecoder()
-    values, pos = [], 0
+    values: list[Any] = []
+    pos = 0
     while True:
         while pos < len(text) and (text[pos].isspace() or text[pos] == ";"):
             pos += 1
@@ -476,53 +477,60 @@ _EMPTY_THINK = re.compile(r"^\s*<think>\s*</think>")
 _MISTRAL_NAMED = re.compile(r"([A-Za-z0-9_.\-]+)(?:\[CALL_ID\][A-Za-z0-9]*)?\[ARGS\]")
 
 
+def _hermes(text: str, tools: Sequence[Tool]) -> Optional[tuple[str, list[tuple[str, str]]]]:
+    if "<tool_call>" not in text:
+        return None
+    items: list[Any] = []
+    for body in _HERMES.findall(text):
+        values = _json_values(body)
+        if values is None or len(values) != 1:
+            return None
+        items.append(values[0])
+    found = _calls(items, ("arguments", "parameters"), tools)
+    return None if found is None else (_EMPTY_THINK.sub("", _HERMES.sub("", text)).strip(), found)
+
+
+def _llama3(text: str, tools: Sequence[Tool]) -> Optional[tuple[str, list[tuple[str, str]]]]:
+    values = _json_values(text.strip().removeprefix("<|python_tag|>"))
+    found = None if values is None else _calls(values, ("parameters", "arguments"), tools)
+    return None if found is None else ("", found)
+
+
+def _mistral(text: str, tools: Sequence[Tool]) -> Optional[tuple[str, list[tuple[str, str]]]]:
+    if "[TOOL_CALLS]" not in text:
+        return None
+    before, _, after = text.partition("[TOOL_CALLS]")
+    after = after.strip()
+    values = _json_values(after)
+    found: Optional[list[tuple[str, str]]] = None
+    if values is not None and len(values) == 1 and isinstance(values[0], list):
+        found = _calls(values[0], ("arguments", "parameters"), tools)
+    elif _MISTRAL_NAMED.match(after):
+        items: list[Any] = []
+        for part in after.split("[TOOL_CALLS]"):
+            match = _MISTRAL_NAMED.match(part.strip())
+            args = _json_values(part.strip()[match.end():]) if match else None
+            if match is None or args is None or len(args) != 1:
+                return None
+            items.append({"name": match.group(1), "arguments": args[0]})
+        found = _calls(items, ("arguments",), tools)
+    return None if found is None else (before.strip(), found)
+
+
+_PARSERS = {"hermes": _hermes, "llama3": _llama3, "mistral": _mistral}
+
+
 def parse_reply(text: str, family: Family, tools: Sequence[Tool], *, key: bytes = b"",
                 generic_response_raw: bool = False) -> tuple[Optional[str], list[ToolCall]]:
     """The content and the tool calls of a reply ``text`` in ``family``'s format. Text that
     does not hold well-formed calls of known tools is all content (no calls). ``key`` seeds
     the calls' ids (:func:`call_id`)."""
-    found: Optional[list[tuple[str, str]]] = None
-    content: Optional[str] = text
-    if family == "hermes" and "<tool_call>" in text:
-        items = []
-        for body in _HERMES.findall(text):
-            values = _json_values(body)
-            if values is None or len(values) != 1:
-                items = None
-                break
-            items.append(values[0])
-        found = None if items is None else _calls(items, ("arguments", "parameters"), tools)
-        if found is not None:
-            content = _EMPTY_THINK.sub("", _HERMES.sub("", text)).strip()
-    elif family == "llama3":
-        body = text.strip().removeprefix("<|python_tag|>")
-        values = _json_values(body)
-        if values is not None:
-            found = _calls(values, ("parameters", "arguments"), tools)
-            if found is not None:
-                content = ""
-    elif family == "mistral" and "[TOOL_CALLS]" in text:
-        before, _, after = text.partition("[TOOL_CALLS]")
-        after = after.strip()
-        values = _json_values(after)
-        if values is not None and len(values) == 1 and isinstance(values[0], list):
-            found = _calls(values[0], ("arguments", "parameters"), tools)
-        elif _MISTRAL_NAMED.match(after):
-            items: list[Any] = []
-            for part in re.split(r"\[TOOL_CALLS\]", after):
-                match = _MISTRAL_NAMED.match(part.strip())
-                vals = _json_values(part.strip()[match.end():]) if match else None
-                if match is None or vals is None or len(vals) != 1:
-                    items = []
-                    break
-                items.append({"name": match.group(1), "arguments": vals[0]})
-            found = _calls(items, ("arguments",), tools) if items else None
-        if found is not None:
-            content = before.strip()
-    elif family == "generic":
+    if family == "generic":
         return _parse_generic(text, tools, key, generic_response_raw)
-    if not found:
+    parsed = _PARSERS[family](text, tools)
+    if not parsed or not parsed[1]:
         return text, []
+    content, found = parsed
     return (content or None), [ToolCall(call_id(key, i, family), n, a) for i, (n, a) in enumerate(found)]
 
 
