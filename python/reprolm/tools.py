@@ -322,8 +322,9 @@ def plan(template: Optional[str], messages: Sequence[Mapping[str, Any]], tools: 
         schema = _with_defs(_one_of(_call_schemas(offered, "parameters", defs)), defs)
         return ToolPlan(family, msgs, variables, "", _grammar(schema), tuple(tools), choice, many)
     items = _one_of(_call_schemas(offered, "arguments", defs))
-    schema = _with_defs({"type": "array", "items": items, "minItems": 1, **({} if many else {"maxItems": 1})},
-                        defs)
+    # a list generated under a grammar holds several calls only when asked (as the generic format)
+    schema = _with_defs({"type": "array", "items": items, "minItems": 1,
+                         **({} if parallel is True else {"maxItems": 1})}, defs)
     return ToolPlan(family, msgs, variables, "[TOOL_CALLS]", _grammar(schema), tuple(tools), choice, many)
 
 
