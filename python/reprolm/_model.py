@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, cast, overload
@@ -14,7 +16,7 @@ import numpy.typing as npt
 from . import _args, _core
 from ._decoding import Beam, StepInfo
 from ._download import fetch_default_model, resolve_model
-from .errors import InvalidTypeError
+from .errors import InvalidArgumentError, InvalidTypeError
 from .grammar import Grammar
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
@@ -471,7 +473,12 @@ class Model:
         """The prompt :meth:`chat` generates from: ``messages`` rendered by
         :meth:`apply_chat_template` (with the generation prompt), tokenized with special
         tokens parsed."""
-        ids = self.tokenize(self.apply_chat_template(messages, template=template), special=True)
+        return self.chat_text_ids(self.apply_chat_template(messages, template=template))
+
+    def chat_text_ids(self, text: str) -> list[int]:
+        """The ids of a rendered chat prompt ``text``: tokenized with special tokens parsed,
+        without a doubled beginning-of-sequence token."""
+        ids = self.tokenize(text, special=True)
         # A template that writes bos_token itself, for a tokenizer that also prepends it.
         bos = self.config.bos_id
         if bos is not None and ids[:2] == [bos, bos] and self.tokenize("") == [bos]:
@@ -489,13 +496,49 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        tool_choice: Any = None,
+        parallel_tool_calls: Optional[bool] = None,
     ) -> Completion:
         """The assistant's reply to ``messages``: the chat rendered by
         :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
-        reply's text leaves out the end-of-turn token."""
-        return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                             stop_token_ids=stop_token_ids, grammar=grammar,
-                             speculative=speculative)
+        reply's text leaves out the end-of-turn token.
+
+        With ``tools`` (OpenAI's function tools: ``{"type": "function", "function": {"name":
+        ..., "description": ..., "parameters": <JSON Schema>}}``), the model may call them
+        (:mod:`reprolm.tools` describes the formats): the calls are in
+        :attr:`Completion.tool_calls`, ``text`` is the rest of the reply (the content), and
+        ``finish_reason`` is ``"tool_calls"``. ``tool_choice``: ``"auto"`` (the default),
+        ``"none"``, ``"required"`` or ``{"type": "function", "function": {"name": ...}}``;
+        ``parallel_tool_calls`` as in :func:`reprolm.tools.plan`. ``messages`` may hold
+        assistant messages with ``tool_calls`` and ``tool`` messages. A forced call (and a
+        template that knows no tools) is generated under a grammar, so ``grammar`` can then
+        not be given too. Bad tools raise :class:`ToolError` naming the field."""
+        if tools is None:
+            return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler,
+                                 stop=stop, stop_token_ids=stop_token_ids, grammar=grammar,
+                                 speculative=speculative)
+        from . import tools as _tools
+
+        _args.messages(messages)
+        offered = _tools.tools_from_openai(tools)
+        choice = _tools.tool_choice_from_openai(tool_choice, offered)
+        history = [_tools.history_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+        plan = _tools.plan(template or self.chat_template, history, offered, choice, parallel=parallel_tool_calls)
+        if plan.grammar is not None and grammar is not None:
+            raise InvalidArgumentError("grammar cannot be given with tools whose call is generated under a grammar "
+                                       "(tool_choice 'required' or a function, or a template that knows no tools)")
+        text = self.apply_chat_template(plan.messages, template=template, **plan.variables) + plan.prompt_suffix
+        ids = self.chat_text_ids(text)
+        out = self.generate(ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                            grammar=plan.grammar or grammar, speculative=speculative)
+        seed = 0 if sampler is None else sampler.seed
+        key = hashlib.sha256(json.dumps([ids, seed], separators=(",", ":")).encode()).digest()
+        content, calls = plan.parse(out.text, key)
+        if not calls:
+            return out
+        reason: FinishReason = "length" if out.finish_reason == "length" else "tool_calls"
+        return dataclasses.replace(out, text=content or "", finish_reason=reason, tool_calls=calls)
 
     def chat_stream(
         self,

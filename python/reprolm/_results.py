@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 from ._decoding import StepInfo
 from .speculative import SpeculationStats
 
+if TYPE_CHECKING:
+    from .tools import ToolCall
+
 __all__ = ["Completion", "Chunk", "FinishReason"]
 
-FinishReason = Literal["eos", "length", "stop"]
+FinishReason = Literal["eos", "length", "stop", "tool_calls"]
 
 
 @dataclass(frozen=True)
@@ -23,8 +26,8 @@ class Completion:
     token_ids: list[int]
     """The generated ids, including the end-of-sequence or stop token that ended generation."""
     finish_reason: FinishReason
-    """``"eos"`` (end-of-sequence token), ``"stop"`` (a stop token or stop string), or
-    ``"length"`` (max_tokens)."""
+    """``"eos"`` (end-of-sequence token), ``"stop"`` (a stop token or stop string),
+    ``"length"`` (max_tokens), or ``"tool_calls"`` (a chat reply that called tools)."""
     prompt_token_ids: list[int] = field(repr=False, default_factory=list)
     """The prompt as token ids."""
     logprobs: list[float] = field(repr=False, default_factory=list)
@@ -35,6 +38,8 @@ class Completion:
     (else empty)."""
     speculation: Optional[SpeculationStats] = field(repr=False, default=None)
     """What speculative decoding did, for a generation with ``speculative=`` (else None)."""
+    tool_calls: "list[ToolCall]" = field(default_factory=list)
+    """The tools the model called (:meth:`Model.chat` with ``tools``; else empty)."""
 
 
 @dataclass(frozen=True)

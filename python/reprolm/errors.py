@@ -28,6 +28,7 @@ __all__ = [
     "StateModelMismatchError",
     "ChatTemplateError",
     "GrammarError",
+    "ToolError",
     "ModelDownloadError",
     "RequestCancelledError",
     "EngineOverloadedError",
@@ -111,6 +112,16 @@ class GrammarError(InvalidInputError):
     invalid JSON Schema, an unsupported keyword, a regular expression or Lark syntax error, or
     a grammar that no token of the model's vocabulary can start. Raised before any token is
     generated; the message names the problem."""
+
+
+class ToolError(InvalidArgumentError):
+    """A tool-calling argument that cannot be used: a malformed tool, a schema the grammar
+    cannot compile, a ``tool_choice`` naming no tool, a malformed ``tool_calls`` in the
+    history. :attr:`param` names the field at fault (``tools[0].function.parameters``)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class ModelDownloadError(ReprolmError):

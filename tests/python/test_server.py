@@ -303,7 +303,8 @@ BAD_REQUESTS: list[tuple[str, str, bytes, int, Any]] = [
     ("response_format invalid schema", "/v1/completions",
      _with(COMPLETION, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}),
      400, "response_format"),
-    ("tools", "/v1/chat/completions", _with(CHAT, tools=[{"type": "function"}]), 400, "tools"),
+    ("tool without a function", "/v1/chat/completions", _with(CHAT, tools=[{"type": "function"}]), 400,
+     "tools[0].function"),
     ("detokenize out of range", "/detokenize", json.dumps({"tokens": [10**9]}).encode(), 400, "tokens"),
     ("oversize body", "/v1/completions", _with(COMPLETION, prompt="x" * (3 * 1024 * 1024)), 413, None),
 ]

@@ -34,11 +34,14 @@ from .._core import __version__
 from .._decoding import StepInfo
 from .._model import EngineStats, KvDtype, Model, Precision
 from ..grammar import Grammar
+from ..tools import strict_schema
 from .._request import Request
 from .._results import Chunk
 from ..sampling import Sampler
 from ._errors import ApiError, error_body
 from ._metrics import CONTENT_TYPE, Metrics
+from ._tools import ChatPrompt, chat_prompt, reply_message, tool_deltas
+from ._tools import finish_reason as tool_finish_reason
 from ._schema import ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, parse_json, validate
 from ._webui import page_response
 
@@ -385,11 +388,14 @@ def _seed(seed: Optional[int], i: int) -> int:
 
 def _grammar(body: Union[CompletionBody, ChatBody]) -> Optional[Grammar]:
     """The grammar of ``response_format``: none for text, any JSON object for
-    ``json_object``, the given schema for ``json_schema``."""
+    ``json_object``, the given schema for ``json_schema`` (with ``"strict": true``, as
+    OpenAI's strict mode, objects hold only their declared properties: :func:`strict_schema`)."""
     fmt = body.response_format
     if fmt is None or fmt["type"] == "text":
         return None
     schema = {"type": "object"} if fmt["type"] == "json_object" else fmt["json_schema"].get("schema", {})
+    if fmt["type"] == "json_schema" and fmt["json_schema"].get("strict") is True:
+        schema = strict_schema(schema)
     try:
         return Grammar.json_schema(schema)
     except errors.GrammarError as e:
@@ -694,12 +700,8 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         if body.top_logprobs is not None and not body.logprobs:
             raise ApiError(400, "invalid value for 'top_logprobs': it needs 'logprobs': true", param="top_logprobs",
                            code="invalid_value")
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text(),
-                     **({"name": m.name} if m.name else {})} for m in body.messages]
-        try:
-            ids = model.chat_ids(messages)
-        except (errors.ChatTemplateError, errors.InvalidArgumentError) as e:
-            raise ApiError(400, f"invalid value for 'messages': {e}", param="messages", code="invalid_value") from None
+        prompt = chat_prompt(model, body, data, lambda: _grammar(body))
+        ids = prompt.ids
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         try:
@@ -710,25 +712,33 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
             raise
         samplers = _samplers(body, model.config.vocab_size)
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
-        choices = server.submit(model, [ids], samplers, n=body.n, max_tokens=[limit], stop=_stops(body.stop),
-                                logprobs=logprobs, prompt_param="messages", prefixes=[""], grammar=_grammar(body))
+        try:
+            choices = server.submit(model, [ids], samplers, n=body.n, max_tokens=[limit], stop=_stops(body.stop),
+                                    logprobs=logprobs, prompt_param="messages", prefixes=[""], grammar=prompt.grammar)
+        except ApiError as e:
+            if e.param == "response_format" and prompt.tools is not None and prompt.tools.grammar is not None:
+                e.param = "tools"
+                e.message = e.message.replace("'response_format'", "'tools'")
+            raise
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         head = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": config.model_id,
                 "system_fingerprint": server.fingerprint}
         if body.stream:
             include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return _EventStream(_stream_chat(server, model, {**head, "object": "chat.completion.chunk"}, choices,
-                                             [ids], body.logprobs, include_usage),
-                                lambda: server.release(choices))
+            chunk_head = {**head, "object": "chat.completion.chunk"}
+            events = (_stream_tool_chat(server, chunk_head, choices, [ids], prompt, include_usage)
+                      if prompt.tools is not None and prompt.tools.choice != "none"
+                      else _stream_chat(server, model, chunk_head, choices, [ids], body.logprobs, include_usage))
+            return _EventStream(events, lambda: server.release(choices))
         outcomes = await _unless_disconnected(request.receive, server.collect(choices))
         out_choices = []
         generated = 0
         for c, o in zip(choices, outcomes):
             generated += len(o.token_ids)
             lp = _chat_logprobs(model, _reported_steps(o.steps, o.finish_reason)) if body.logprobs else None
-            out_choices.append({"index": c.index, "message": {"role": "assistant", "content": o.text,
-                                                              "refusal": None},
-                                "logprobs": lp, "finish_reason": _finish(o.finish_reason)})
+            content, calls = prompt.parse(o.text, c.index)
+            out_choices.append({"index": c.index, "message": reply_message(content, calls), "logprobs": lp,
+                                "finish_reason": tool_finish_reason(calls, o.finish_reason)})
         _count_tokens(server, [ids], generated)
         return _json({**head, "choices": out_choices, "usage": _usage([ids], generated)})
 
@@ -796,6 +806,43 @@ def _stream_chat(
     return _stream_choices(server, head, choices, prompts, include_usage,
                            opening=lambda c: {"delta": {"role": "assistant", "content": ""}, "logprobs": None},
                            piece=piece, ending={"delta": {}, "logprobs": None})
+
+
+async def _stream_tool_chat(
+    server: _Server, head: dict[str, Any], choices: list[_Choice], prompts: list[list[int]], prompt: ChatPrompt,
+    include_usage: bool,
+) -> AsyncGenerator[bytes, None]:
+    """The server-sent events of a chat offering tools: each choice's reply is parsed when it
+    ends (a call is known to be one only once complete), then sent as its deltas
+    (:func:`_tools.tool_deltas`) and its finish reason; then the usage and [DONE]."""
+    def chunk(index: int, delta: dict[str, Any], reason: Optional[str]) -> bytes:
+        data = {**head, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+        if include_usage:
+            data["usage"] = None
+        return _sse(data)
+
+    generated = 0
+    texts: dict[int, list[str]] = {}
+    merged = server.merged(choices)
+    try:
+        async for c, event in merged:
+            generated += len(event.token_ids)
+            texts.setdefault(c.index, []).append(event.text)
+            if event.finish_reason is None:
+                continue
+            content, calls = prompt.parse("".join(texts.pop(c.index)), c.index)
+            for delta in tool_deltas(content, calls):
+                yield chunk(c.index, delta, None)
+            yield chunk(c.index, {}, tool_finish_reason(calls, event.finish_reason))
+    except errors.ReprolmError as e:
+        yield _sse(error_body(f"{type(e).__name__}: {e}", type="server_error", code="engine_error"))
+        return
+    finally:
+        await merged.aclose()
+    _count_tokens(server, prompts, generated)
+    if include_usage:
+        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated)})
+    yield b"data: [DONE]\n\n"
 
 
 async def _stream_choices(

@@ -133,6 +133,8 @@ class ChatMessage(_Body):
     content: Optional[Union[str, list[ContentPart]]] = None
     name: Optional[str] = None
     tool_call_id: Optional[str] = None
+    tool_calls: Optional[list[Any]] = None  # checked by _tools (400s name the call at fault)
+    refusal: Optional[str] = None
 
     def text(self) -> str:
         if self.content is None:
@@ -150,7 +152,7 @@ class ChatBody(_Sampling):
     max_completion_tokens: Optional[int] = Field(default=None, ge=0)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    tools: Optional[list[Any]] = None
+    tools: Optional[list[Any]] = None  # checked by _tools, as tool_choice
     tool_choice: Optional[Any] = None
     parallel_tool_calls: Optional[bool] = None
 
@@ -161,12 +163,6 @@ class ChatBody(_Sampling):
             raise ValueError("must contain at least one message")
         return v
 
-    @field_validator("tools")
-    @classmethod
-    def _tools(cls, v: Optional[list[Any]]) -> Optional[list[Any]]:
-        if v:
-            raise ValueError("tool calling is not supported yet")
-        return v
 
 
 class TokenizeBody(_Body):
