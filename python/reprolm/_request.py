@@ -4,7 +4,9 @@ from threads (blocking) or from asyncio (awaiting), cancellable."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
+import weakref
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator, Optional
 
 from . import _core
@@ -133,22 +135,45 @@ def _collect(prompt_ids: list[int], items: Iterator["_ChunkTuple"]) -> Completio
     return Completion("".join(texts), ids, reason, list(prompt_ids), logprobs, steps)
 
 
+_DISPATCHERS: "weakref.WeakSet[_Dispatcher]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_dispatchers() -> None:
+    # A daemon thread that returns from a GIL-released engine call while the interpreter
+    # finalizes is ended by pthread_exit, whose forced unwinding through the extension's
+    # frames crashes the process: every dispatcher thread ends here, before finalization.
+    for dispatcher in list(_DISPATCHERS):
+        dispatcher.stop()
+
+
 class _Dispatcher:
     """Wakes the asyncio tasks awaiting a model's requests: one thread waits (GIL released)
     for the engine to announce watched requests with new chunks and sets their tasks'
-    events on their own loops. It runs while some request is watched."""
+    events on their own loops. It runs while some request is watched, until :meth:`stop`."""
 
     def __init__(self, wait_ready: Callable[[float], list[int]]) -> None:
         self._wait_ready = wait_ready
         self._lock = threading.Lock()
         self._waiters: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
         self._thread: Optional[threading.Thread] = None
+        self._stopped = False
+        _DISPATCHERS.add(self)
+
+    def stop(self) -> None:
+        """Ends the thread (within one poll interval) and waits for it; watching after this
+        no longer wakes tasks, which then poll (as they do between wake-ups anyway)."""
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def watch(self, core: _core.Request) -> asyncio.Event:
         event = asyncio.Event()
         with self._lock:
             self._waiters[core.id] = (asyncio.get_running_loop(), event)
-            if self._thread is None or not self._thread.is_alive():  # (not alive: a forked child)
+            if not self._stopped and (self._thread is None or not self._thread.is_alive()):  # (not alive: a forked child)
                 self._thread = threading.Thread(target=self._run, name="reprolm-async", daemon=True)
                 self._thread.start()
         core.watch()
@@ -163,7 +188,7 @@ class _Dispatcher:
             ids = self._wait_ready(_POLL_SECONDS)
             with self._lock:
                 targets = [self._waiters[i] for i in set(ids) if i in self._waiters]
-                if not targets and not self._waiters:
+                if self._stopped or (not targets and not self._waiters):
                     self._thread = None
                     return
             for loop, event in targets:
