@@ -14,11 +14,12 @@ import numpy.typing as npt
 from . import _args, _core
 from ._decoding import Beam, StepInfo
 from ._download import fetch_default_model, resolve_model
-from .errors import InvalidTypeError
+from .errors import InvalidArgumentError, InvalidTypeError
 from .grammar import Grammar
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
-from .sampling import Sampler, _step_sampler
+from ._score import Score
+from .sampling import LogprobsMode, Sampler, _step_sampler
 from .speculative import Drafter, SpeculationStats, Speculative, _settings  # noqa: F401 (Speculative: annotations)
 
 __all__ = ["Model", "Session", "Request", "EngineStats", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype",
@@ -209,6 +210,59 @@ class Model:
         block of 256 tokens."""
         return self._engine.logits(_args.token_ids(ids, "ids", self.config.vocab_size))
 
+    def score(
+        self,
+        continuation: Prompt,
+        *,
+        context: Optional[Prompt] = None,
+        top_logprobs: int = 0,
+        special: bool = True,
+    ) -> Score:
+        """The log-probability of each token of ``continuation`` given ``context`` and the
+        tokens before it: one fresh forward pass over context + continuation, raw
+        log-probabilities (the model's softmax, no sampling settings; see :class:`Score`).
+
+        - ``context`` and ``continuation`` both text: the pair is split as
+          lm-evaluation-harness splits it, so that tokens may merge across the boundary as in
+          the whole text: the ids of ``context + continuation`` after the first
+          ``len(tokenize(context))`` are the continuation.
+        - ``continuation`` as token ids: they follow ``context`` (its ids, or its text
+          tokenized) as given.
+        - no ``context``: the continuation's first token (usually the beginning-of-sequence
+          token a text is tokenized with) is the context and the rest is scored.
+
+        ``top_logprobs=N`` also lists the N most probable tokens at each position.
+        ``special`` is as in :meth:`generate`. The GIL is released while it computes.
+        """
+        vocab = self.config.vocab_size
+        _args.prompt(continuation, "continuation", vocab)
+        if context is not None:
+            _args.prompt(context, "context", vocab)
+        if not hasattr(type(top_logprobs), "__index__"):
+            raise InvalidTypeError(f"top_logprobs must be an int, got {type(top_logprobs).__name__}")
+        top = int(top_logprobs)
+        if not 0 <= top < 2**63:
+            raise InvalidArgumentError(f"invalid value for 'top_logprobs': must be >= 0, got {top}")
+        if context is None:
+            ids = self._prompt_ids(continuation, special)
+            start = 1
+        elif isinstance(continuation, str):
+            if not isinstance(context, str):
+                raise InvalidTypeError("continuation must be token ids when context is token ids")
+            ids = self.tokenize(context + continuation, special=special)
+            start = len(self.tokenize(context, special=special))
+        else:
+            context_ids = self._prompt_ids(context, special)
+            ids = context_ids + list(continuation)
+            start = len(context_ids)
+        if start < 1 or start >= len(ids):
+            raise InvalidArgumentError(
+                f"invalid value for 'continuation': nothing to score ({start} context and "
+                f"{len(ids) - start} continuation tokens; both must be at least 1)")
+        scored = _core.score(self._engine, ids, start=start, top=top)
+        return Score(ids[:start], [t for t, _, _, _ in scored], [lp for _, lp, _, _ in scored],
+                     [g for _, _, g, _ in scored], [[(int(i), float(p)) for i, p in alt] for _, _, _, alt in scored])
+
     def session(
         self,
         *,
@@ -256,6 +310,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion: ...
@@ -271,6 +326,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> list[Completion]: ...
@@ -285,6 +341,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Union[Completion, list[Completion]]:
@@ -304,6 +361,11 @@ class Model:
         With ``logprobs=N`` (N >= 0) the completion's ``steps`` report, for every token, its
         log-probability, the entropy and removed mass of the distribution it was drawn from,
         and the N most probable alternatives (see :class:`StepInfo`).
+        ``logprobs_mode`` chooses the distribution of every reported log-probability (the
+        steps' and :attr:`Completion.logprobs`): ``"processed"`` (the sampler's own setting,
+        by default ``"processed"``), the final distribution the token was drawn from, or
+        ``"raw"``, the model's softmax of the logits before any penalty, mask, temperature or
+        truncation (see :data:`reprolm.sampling.LogprobsMode`). It never changes the tokens.
 
         With a :class:`Grammar`, the text follows it: each step chooses among the tokens the
         grammar allows there (the restriction of the distribution, before temperature and
@@ -325,13 +387,13 @@ class Model:
             settings = _settings(speculative)
             completions = [self._solo_session(ids, max_tokens)._generate(
                 ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                logprobs=logprobs, grammar=grammar, speculative=settings) for ids in prompts]
+                logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=settings) for ids in prompts]
             return completions if batch else completions[0]
         requests: list[Request] = []
         try:
             for ids in prompts:
                 requests.append(self._submit(ids, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                             stop_token_ids=stop_token_ids, logprobs=logprobs, grammar=grammar))
+                                             stop_token_ids=stop_token_ids, logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar))
             completions = [r.result() for r in requests]
         finally:
             for r in requests:
@@ -348,6 +410,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
     ) -> Request:
         """Queues a generation on the model's batch engine and returns at once with its
@@ -360,7 +423,7 @@ class Model:
         """
         _args.prompt(prompt, "prompt", self.config.vocab_size)
         return self._submit(self._prompt_ids(prompt, special), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                            stop_token_ids=stop_token_ids, logprobs=logprobs, grammar=grammar)
+                            stop_token_ids=stop_token_ids, logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar)
 
     def _solo_session(self, ids: list[int], max_tokens: int) -> "Session":
         """A session for one generation of ``ids`` (speculative decoding runs on it)."""
@@ -375,9 +438,10 @@ class Model:
         stop: Union[str, Sequence[str]],
         stop_token_ids: Sequence[int],
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
     ) -> Request:
-        chosen, steps = _step_sampler(sampler, logprobs)
+        chosen, steps = _step_sampler(sampler, logprobs, logprobs_mode)
         core = _core.submit(
             self._engine, ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
             stop=_stop_list(stop), steps=steps, grammar=_grammar_spec(grammar),
@@ -418,6 +482,7 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
@@ -432,9 +497,10 @@ class Model:
             ids = self._prompt_ids(prompt, special)
             return self._solo_session(ids, max_tokens).stream(
                 ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                grammar=grammar, speculative=speculative)
+                logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
         return _request_chunks(self.submit(prompt, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                           stop_token_ids=stop_token_ids, special=special, grammar=grammar))
+                                           stop_token_ids=stop_token_ids, special=special,
+                                           logprobs_mode=logprobs_mode, grammar=grammar))
 
     @property
     def chat_template(self) -> Optional[str]:
@@ -487,6 +553,7 @@ class Model:
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion:
@@ -494,7 +561,7 @@ class Model:
         :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
         reply's text leaves out the end-of-turn token."""
         return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                             stop_token_ids=stop_token_ids, grammar=grammar,
+                             stop_token_ids=stop_token_ids, logprobs_mode=logprobs_mode, grammar=grammar,
                              speculative=speculative)
 
     def chat_stream(
@@ -506,12 +573,14 @@ class Model:
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
         """:meth:`chat`, streamed as :meth:`stream` does."""
         return self.stream(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                           stop_token_ids=stop_token_ids, grammar=grammar, speculative=speculative)
+                           stop_token_ids=stop_token_ids, logprobs_mode=logprobs_mode, grammar=grammar,
+                           speculative=speculative)
 
 
 class Session:
@@ -598,6 +667,7 @@ class Session:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion:
@@ -614,7 +684,7 @@ class Session:
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
         ids = self._model._prompt_ids(prompt, special)
         return self._generate(ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                              logprobs=logprobs, grammar=grammar, speculative=_settings(speculative))
+                              logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=_settings(speculative))
 
     def _generate(
         self,
@@ -625,10 +695,11 @@ class Session:
         stop: Union[str, Sequence[str]],
         stop_token_ids: Sequence[int],
         logprobs: Optional[int],
+        logprobs_mode: Optional[LogprobsMode],
         grammar: Optional[Grammar],
         speculative: Optional[_core.Speculative],
     ) -> Completion:
-        chosen, with_steps = _step_sampler(sampler, logprobs)
+        chosen, with_steps = _step_sampler(sampler, logprobs, logprobs_mode)
         out_ids, text, reason, lps, steps, stats = self._core.generate(
             ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
             stop=_stop_list(stop), steps=with_steps, grammar=_grammar_spec(grammar),
@@ -646,6 +717,7 @@ class Session:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
@@ -656,7 +728,8 @@ class Session:
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
         core = self._core.stream(
             self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
-            sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
+            sampler=_step_sampler(sampler, None, logprobs_mode)[0]._core, stop_token_ids=list(stop_token_ids),
+            stop=_stop_list(stop),
             grammar=_grammar_spec(grammar),
             speculative=_settings(speculative),
         )
