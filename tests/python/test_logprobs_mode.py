@@ -122,3 +122,14 @@ def test_score_refuses_what_it_cannot_score(model: reprolm.Model) -> None:
         model.score(" world", context="Hello", top_logprobs=-1)
     with pytest.raises(reprolm.TokenOutOfRangeError):
         model.score([model.config.vocab_size], context="Hello")
+
+
+def test_score_gives_the_same_bits_however_the_pass_is_split(model: reprolm.Model) -> None:
+    # The pass runs in blocks of 256 tokens: here the context without logits takes two blocks,
+    # and the longer continuation's rows with logits cross a block boundary.
+    ids = model.tokenize(" ".join(f"item{i}" for i in range(120)))[:290]
+    assert len(ids) == 290
+    short = model.score(ids[270:], context=ids[:270])
+    long = model.score(ids[10:], context=ids[:10])
+    assert len(short.logprobs) == 20 and long.logprobs[260:] == short.logprobs
+    assert long.is_greedy[260:] == short.is_greedy
