@@ -7,7 +7,12 @@
 //! - the context has `messages`, `add_generation_prompt`, `bos_token`, `eos_token` and any
 //!   extra variables the caller passes (such as `tools`);
 //! - `raise_exception(message)` fails the render with that message, and `strftime_now(format)`
-//!   formats the current UTC time.
+//!   formats the current UTC time;
+//! - transformers' `{% generation %}...{% endgeneration %}` block (its `AssistantTracker`
+//!   extension, which marks the assistant's tokens for training masks) renders its body, as
+//!   transformers renders it when it collects no masks: each tag becomes a `with` block tag
+//!   with the same whitespace control, so the body keeps its own scope (as the extension's
+//!   call block does) and the text around it is trimmed exactly as before.
 //!
 //! Templates come from files, so they are untrusted: a render has a fuel budget (a template
 //! cannot loop forever) and every failure is an [`Error::ChatTemplate`].
@@ -121,7 +126,8 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template("chat_template", &self.source).map_err(template_error)?;
+        let source = generation_blocks_as_scopes(&self.source);
+        env.add_template("chat_template", &source).map_err(template_error)?;
         let mut context: Vec<(String, Value)> = vec![
             ("messages".into(), messages),
             ("add_generation_prompt".into(), Value::from(add_generation_prompt)),
@@ -137,6 +143,61 @@ impl ChatTemplate {
         let template = env.get_template("chat_template").map_err(template_error)?;
         template.render(map(context)).map_err(template_error)
     }
+}
+
+/// `source` with every `{% generation %}` tag made `{% with %}` and every `{% endgeneration %}`
+/// `{% endwith %}`, keeping the tags' whitespace-control marks (`{%-`, `-%}`, `+`) and spacing.
+fn generation_blocks_as_scopes(source: &str) -> std::borrow::Cow<'_, str> {
+    if !source.contains("generation") {
+        return std::borrow::Cow::Borrowed(source);
+    }
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(open) = rest.find("{%") {
+        out.push_str(&rest[..open]);
+        let tag = &rest[open..];
+        match generation_tag(tag) {
+            Some((len, name_at, end)) => {
+                let (name, scope) = if end { ("endgeneration", "endwith") } else { ("generation", "with") };
+                out.push_str(&tag[..name_at]);
+                out.push_str(scope);
+                out.push_str(&tag[name_at + name.len()..len]);
+                rest = &tag[len..];
+            }
+            None => {
+                out.push_str("{%");
+                rest = &tag[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
+/// If `tag` starts with a `generation` or `endgeneration` block tag: (its length, where the
+/// name starts, whether it is the end tag).
+fn generation_tag(tag: &str) -> Option<(usize, usize, bool)> {
+    let bytes = tag.as_bytes();
+    let mut at = 2;
+    if matches!(bytes.get(at), Some(b'-' | b'+')) {
+        at += 1;
+    }
+    while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    let name_at = at;
+    let end = tag[at..].starts_with("endgeneration");
+    if !end && !tag[at..].starts_with("generation") {
+        return None;
+    }
+    at += if end { "endgeneration".len() } else { "generation".len() };
+    while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    if matches!(bytes.get(at), Some(b'-' | b'+')) {
+        at += 1;
+    }
+    tag[at..].starts_with("%}").then_some((at + 2, name_at, end))
 }
 
 /// A map value that keeps the order of `pairs` (as a Python dict does).
@@ -273,6 +334,22 @@ mod tests {
         let messages = Value::from_iter([message("user", "  a "), message("skip", "b")]);
         let out = t.render_value(messages, true, vec![("tools".into(), Value::from_iter([1, 2]))]).unwrap();
         assert_eq!(out, "<s>\nA</s>\n[1, 2]");
+    }
+
+    #[test]
+    fn generation_blocks_render_their_body_with_the_same_whitespace_control() {
+        let source = "{% for m in messages %}\n  {%- generation -%}\n  [{{ m.content }}]\n  {%- endgeneration %}\n{% endfor %}";
+        let plain = "{% for m in messages %}\n  {%- if true -%}\n  [{{ m.content }}]\n  {%- endif %}\n{% endfor %}";
+        let messages = [Message::new("assistant", "a"), Message::new("assistant", "b")];
+        let rendered = ChatTemplate::new(source).render(&messages, false).unwrap();
+        assert_eq!(rendered, ChatTemplate::new(plain).render(&messages, false).unwrap());
+        assert_eq!(rendered, "[a][b]");
+        // A set inside the block stays inside it, as in transformers' call block.
+        let scoped = "{% set x = 1 %}{% generation %}{% set x = 2 %}{{ x }}{% endgeneration %}{{ x }}";
+        assert_eq!(ChatTemplate::new(scoped).render(&[], false).unwrap(), "21");
+        // Other tags and text naming it are untouched.
+        assert_eq!(generation_blocks_as_scopes("{{ 'generation' }}{% if generation_x %}{% endif %}"),
+                   "{{ 'generation' }}{% if generation_x %}{% endif %}");
     }
 
     #[test]

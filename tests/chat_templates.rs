@@ -1,5 +1,6 @@
 //! Real chat templates (Llama 3.1/3.2/3.3, Qwen2.5, Qwen3, Mistral Nemo, Devstral, Phi-3,
-//! Phi-3.5, Gemma 2, Gemma 4, SmolLM3, DeepSeek R1 distills) rendered by `src/chat.rs` exactly
+//! Phi-3.5, Gemma 2, Gemma 4, SmolLM3, DeepSeek R1 distills, and LFM2.5 and three Poolside
+//! Laguna templates, which use transformers' `{% generation %}` block) rendered by `src/chat.rs` exactly
 //! as Hugging Face transformers renders them: tests/data/chat/renders.json, made by
 //! tests/data/chat/make_renders.py (plain turns, a system prompt, unicode, tools offered, a
 //! tool call and its result; with and without the generation prompt). Where the template
@@ -44,7 +45,7 @@ fn template_source(name: &str) -> String {
 fn templates_render_as_transformers_renders_them() {
     let renders: Json = serde_json::from_str(&std::fs::read_to_string(data("chat/renders.json")).unwrap()).unwrap();
     let cases = renders["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 180);
+    assert_eq!(cases.len(), 228);
     let mut failures = Vec::new();
     let mut families = std::collections::BTreeSet::new();
     for case in cases {
@@ -70,6 +71,6 @@ fn templates_render_as_transformers_renders_them() {
             (None, other) => failures.push(format!("{label}: expected an error, got {other:?}")),
         }
     }
-    assert_eq!(families.len(), 15);
+    assert_eq!(families.len(), 19);
     assert!(failures.is_empty(), "{} of {} renders differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }

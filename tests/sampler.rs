@@ -6,7 +6,8 @@ use crate::toy;
 use toy::TestRng;
 use reprolm::error::Error;
 use reprolm::sampling::{
-    entropy, restrict, softmax, top_k_set, top_p_set, total_variation, Sampler, SamplerConfig,
+    entropy, log_softmax, restrict, softmax, top_k_set, top_p_set, total_variation, LogprobsMode, Sampler,
+    SamplerConfig,
 };
 
 /// The chapter's section 6 example: logits and temperature 0.8.
@@ -365,4 +366,41 @@ fn every_invalid_setting_is_rejected_by_name() {
     assert_names(total_variation(&[1.0], &[0.5, 0.5]), "q");
     assert_names(restrict(&[1.0, 0.0], &[1]), "S");
     assert!(matches!(restrict(&[1.0], &[4]), Err(Error::TokenOutOfRange { id: 4, vocab_size: 1 })));
+}
+
+#[test]
+fn raw_logprobs_report_the_models_distribution_and_never_change_the_token() {
+    let mut rng = TestRng::new(41);
+    let vocab = 200;
+    for case in 0..60 {
+        let z = random_logits(&mut rng, vocab, 3.0);
+        let history: Vec<u32> = (0..8).map(|_| rng.below(vocab) as u32).collect();
+        let config = SamplerConfig {
+            temperature: [0.0, 0.6, 1.3][case % 3],
+            top_k: [0, 5][case % 2],
+            repetition_penalty: 1.4,
+            logit_bias: vec![(7, 2.5)],
+            banned_token_ids: vec![(case % vocab) as u32],
+            top_logprobs: 4,
+            seed: case as u64,
+            ..SamplerConfig::default()
+        };
+        let processed = sampler(config.clone(), vocab).sample(&z, &history, 4, 3).unwrap();
+        let raw_config = SamplerConfig { logprobs_mode: LogprobsMode::Raw, ..config };
+        let raw = sampler(raw_config, vocab).sample(&z, &history, 4, 3).unwrap();
+        assert_eq!(raw.token, processed.token, "case {case}");
+        assert_eq!((raw.entropy, raw.removed_mass), (processed.entropy, processed.removed_mass));
+        // ln softmax(z) of the logits as given: no penalty, bias, mask, temperature or truncation
+        let reference = log_softmax(&z).unwrap();
+        assert_eq!(raw.logprob, reference[raw.token as usize]);
+        let mut ranked: Vec<u32> = (0..vocab as u32).collect();
+        ranked.sort_by(|&a, &b| reference[b as usize].total_cmp(&reference[a as usize]).then(a.cmp(&b)));
+        let expected: Vec<(u32, f64)> = ranked[..4].iter().map(|&i| (i, reference[i as usize])).collect();
+        assert_eq!(raw.alternatives, expected, "case {case}");
+    }
+    assert_eq!(LogprobsMode::from_name("raw").unwrap(), LogprobsMode::Raw);
+    match LogprobsMode::from_name("softmax") {
+        Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "logprobs_mode"),
+        other => panic!("{other:?}"),
+    }
 }

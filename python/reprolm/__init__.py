@@ -12,6 +12,7 @@ from . import sampling
 from ._callable import CallableModel
 from ._core import ModelConfig, __version__
 from ._decoding import Beam, StepInfo
+from ._score import Score
 from ._download import cache_dir, default_model_path, known_models, model_path, model_terms
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
 from .grammar import Grammar, GrammarMatcher
@@ -56,6 +57,7 @@ __all__ = [
     "Chunk",
     "Message",
     "StepInfo",
+    "Score",
     "Beam",
     "CallableModel",
     "FinishReason",

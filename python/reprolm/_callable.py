@@ -9,7 +9,7 @@ import numpy.typing as npt
 from . import _args, _core
 from ._decoding import Beam, StepInfo
 from ._results import Completion
-from .sampling import Sampler, _step_sampler
+from .sampling import LogprobsMode, Sampler, _step_sampler
 from .speculative import Drafter, SpeculationStats, Speculative, _settings
 
 __all__ = ["CallableModel"]
@@ -66,6 +66,7 @@ class CallableModel:
         sampler: Optional[Sampler] = None,
         stop_token_ids: Sequence[int] = (),
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion:
         """Autoregressive generation from ``prompt_ids``, as :meth:`Model.generate`: greedy
@@ -75,7 +76,7 @@ class CallableModel:
         :meth:`Model.generate`, with ``"lookup"`` or a draft :class:`CallableModel` (or
         :class:`Model`) of the same vocabulary; the drafts are scored one prefix at a time."""
         ids = _args.token_ids(prompt_ids, "prompt_ids", self.vocab_size)
-        chosen, with_steps = _step_sampler(sampler, logprobs)
+        chosen, with_steps = _step_sampler(sampler, logprobs, logprobs_mode)
         out_ids, reason, steps, stats = self._core.generate(
             ids, max_tokens=max_tokens, sampler=chosen._core,
             stop_token_ids=_args.token_ids(stop_token_ids, "stop_token_ids", self.vocab_size), steps=with_steps,

@@ -25,6 +25,7 @@ __all__ = [
     "uniform",
     "apply_chat_template",
     "chat_template",
+    "score",
     "gguf_info",
     "dequantize",
     "quantize",
@@ -104,6 +105,7 @@ class SamplerConfig:
         banned_token_ids: list[int],
         seed: int,
         top_logprobs: int,
+        logprobs_mode: str = "processed",
     ) -> SamplerConfig: ...
     def distribution(
         self, logits: npt.NDArray[np.float32], history: list[int], n_prompt: int
@@ -312,6 +314,11 @@ def apply_chat_template(
     variables: Optional[dict[str, Any]] = None,
 ) -> str: ...
 def chat_template(engine: Engine) -> Optional[str]: ...
+
+# (id, ln p(id | ids before it), is_greedy, [(id, ln p)] of the most probable there)
+_ScoredTuple = tuple[int, float, bool, list[tuple[int, float]]]
+
+def score(engine: Engine, ids: list[int], *, start: int, top: int) -> list[_ScoredTuple]: ...
 def gguf_info(
     path: PathLike[str],
 ) -> tuple[int, list[tuple[str, str]], list[tuple[str, str, list[int], int]]]: ...

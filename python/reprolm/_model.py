@@ -20,7 +20,8 @@ from .errors import InvalidArgumentError, InvalidTypeError
 from .grammar import Grammar
 from ._request import Request, _Dispatcher
 from ._results import Chunk, Completion, FinishReason
-from .sampling import Sampler, _step_sampler
+from ._score import Score
+from .sampling import LogprobsMode, Sampler, _step_sampler
 from .speculative import Drafter, SpeculationStats, Speculative, _settings  # noqa: F401 (Speculative: annotations)
 
 __all__ = ["Model", "Session", "Request", "EngineStats", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype",
@@ -211,6 +212,59 @@ class Model:
         block of 256 tokens."""
         return self._engine.logits(_args.token_ids(ids, "ids", self.config.vocab_size))
 
+    def score(
+        self,
+        continuation: Prompt,
+        *,
+        context: Optional[Prompt] = None,
+        top_logprobs: int = 0,
+        special: bool = True,
+    ) -> Score:
+        """The log-probability of each token of ``continuation`` given ``context`` and the
+        tokens before it: one fresh forward pass over context + continuation, raw
+        log-probabilities (the model's softmax, no sampling settings; see :class:`Score`).
+
+        - ``context`` and ``continuation`` both text: the pair is split as
+          lm-evaluation-harness splits it, so that tokens may merge across the boundary as in
+          the whole text: the ids of ``context + continuation`` after the first
+          ``len(tokenize(context))`` are the continuation.
+        - ``continuation`` as token ids: they follow ``context`` (its ids, or its text
+          tokenized) as given.
+        - no ``context``: the continuation's first token (usually the beginning-of-sequence
+          token a text is tokenized with) is the context and the rest is scored.
+
+        ``top_logprobs=N`` also lists the N most probable tokens at each position.
+        ``special`` is as in :meth:`generate`. The GIL is released while it computes.
+        """
+        vocab = self.config.vocab_size
+        _args.prompt(continuation, "continuation", vocab)
+        if context is not None:
+            _args.prompt(context, "context", vocab)
+        if not hasattr(type(top_logprobs), "__index__"):
+            raise InvalidTypeError(f"top_logprobs must be an int, got {type(top_logprobs).__name__}")
+        top = int(top_logprobs)
+        if not 0 <= top < 2**63:
+            raise InvalidArgumentError(f"invalid value for 'top_logprobs': must be >= 0, got {top}")
+        if context is None:
+            ids = self._prompt_ids(continuation, special)
+            start = 1
+        elif isinstance(continuation, str):
+            if not isinstance(context, str):
+                raise InvalidTypeError("continuation must be token ids when context is token ids")
+            ids = self.tokenize(context + continuation, special=special)
+            start = len(self.tokenize(context, special=special))
+        else:
+            context_ids = self._prompt_ids(context, special)
+            ids = context_ids + list(continuation)
+            start = len(context_ids)
+        if start < 1 or start >= len(ids):
+            raise InvalidArgumentError(
+                f"invalid value for 'continuation': nothing to score ({start} context and "
+                f"{len(ids) - start} continuation tokens; both must be at least 1)")
+        scored = _core.score(self._engine, ids, start=start, top=top)
+        return Score(ids[:start], [t for t, _, _, _ in scored], [lp for _, lp, _, _ in scored],
+                     [g for _, _, g, _ in scored], [[(int(i), float(p)) for i, p in alt] for _, _, _, alt in scored])
+
     def session(
         self,
         *,
@@ -258,6 +312,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion: ...
@@ -273,6 +328,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> list[Completion]: ...
@@ -287,6 +343,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Union[Completion, list[Completion]]:
@@ -306,6 +363,11 @@ class Model:
         With ``logprobs=N`` (N >= 0) the completion's ``steps`` report, for every token, its
         log-probability, the entropy and removed mass of the distribution it was drawn from,
         and the N most probable alternatives (see :class:`StepInfo`).
+        ``logprobs_mode`` chooses the distribution of every reported log-probability (the
+        steps' and :attr:`Completion.logprobs`): ``"processed"`` (the sampler's own setting,
+        by default ``"processed"``), the final distribution the token was drawn from, or
+        ``"raw"``, the model's softmax of the logits before any penalty, mask, temperature or
+        truncation (see :data:`reprolm.sampling.LogprobsMode`). It never changes the tokens.
 
         With a :class:`Grammar`, the text follows it: each step chooses among the tokens the
         grammar allows there (the restriction of the distribution, before temperature and
@@ -327,13 +389,13 @@ class Model:
             settings = _settings(speculative)
             completions = [self._solo_session(ids, max_tokens)._generate(
                 ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                logprobs=logprobs, grammar=grammar, speculative=settings) for ids in prompts]
+                logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=settings) for ids in prompts]
             return completions if batch else completions[0]
         requests: list[Request] = []
         try:
             for ids in prompts:
                 requests.append(self._submit(ids, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                             stop_token_ids=stop_token_ids, logprobs=logprobs, grammar=grammar))
+                                             stop_token_ids=stop_token_ids, logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar))
             completions = [r.result() for r in requests]
         finally:
             for r in requests:
@@ -350,6 +412,7 @@ class Model:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
     ) -> Request:
         """Queues a generation on the model's batch engine and returns at once with its
@@ -362,7 +425,7 @@ class Model:
         """
         _args.prompt(prompt, "prompt", self.config.vocab_size)
         return self._submit(self._prompt_ids(prompt, special), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                            stop_token_ids=stop_token_ids, logprobs=logprobs, grammar=grammar)
+                            stop_token_ids=stop_token_ids, logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar)
 
     def _solo_session(self, ids: list[int], max_tokens: int) -> "Session":
         """A session for one generation of ``ids`` (speculative decoding runs on it)."""
@@ -377,9 +440,10 @@ class Model:
         stop: Union[str, Sequence[str]],
         stop_token_ids: Sequence[int],
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
     ) -> Request:
-        chosen, steps = _step_sampler(sampler, logprobs)
+        chosen, steps = _step_sampler(sampler, logprobs, logprobs_mode)
         core = _core.submit(
             self._engine, ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
             stop=_stop_list(stop), steps=steps, grammar=_grammar_spec(grammar),
@@ -420,6 +484,7 @@ class Model:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
@@ -434,9 +499,10 @@ class Model:
             ids = self._prompt_ids(prompt, special)
             return self._solo_session(ids, max_tokens).stream(
                 ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                grammar=grammar, speculative=speculative)
+                logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
         return _request_chunks(self.submit(prompt, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                           stop_token_ids=stop_token_ids, special=special, grammar=grammar))
+                                           stop_token_ids=stop_token_ids, special=special,
+                                           logprobs_mode=logprobs_mode, grammar=grammar))
 
     @property
     def chat_template(self) -> Optional[str]:
@@ -494,6 +560,7 @@ class Model:
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
@@ -516,8 +583,8 @@ class Model:
         not be given too. Bad tools raise :class:`ToolError` naming the field."""
         if tools is None:
             return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler,
-                                 stop=stop, stop_token_ids=stop_token_ids, grammar=grammar,
-                                 speculative=speculative)
+                                 stop=stop, stop_token_ids=stop_token_ids, logprobs_mode=logprobs_mode,
+                                 grammar=grammar, speculative=speculative)
         from . import tools as _tools
 
         _args.messages(messages)
@@ -531,7 +598,7 @@ class Model:
         text = self.apply_chat_template(plan.messages, template=template, **plan.variables) + plan.prompt_suffix
         ids = self.chat_text_ids(text)
         out = self.generate(ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                            grammar=plan.grammar or grammar, speculative=speculative)
+                            logprobs_mode=logprobs_mode, grammar=plan.grammar or grammar, speculative=speculative)
         seed = 0 if sampler is None else sampler.seed
         key = hashlib.sha256(json.dumps([ids, seed], separators=(",", ":")).encode()).digest()
         content, calls = plan.parse(out.text, key)
@@ -549,12 +616,14 @@ class Model:
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
         """:meth:`chat`, streamed as :meth:`stream` does."""
         return self.stream(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                           stop_token_ids=stop_token_ids, grammar=grammar, speculative=speculative)
+                           stop_token_ids=stop_token_ids, logprobs_mode=logprobs_mode, grammar=grammar,
+                           speculative=speculative)
 
 
 class Session:
@@ -641,6 +710,7 @@ class Session:
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
         logprobs: Optional[int] = None,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Completion:
@@ -657,7 +727,7 @@ class Session:
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
         ids = self._model._prompt_ids(prompt, special)
         return self._generate(ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                              logprobs=logprobs, grammar=grammar, speculative=_settings(speculative))
+                              logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=_settings(speculative))
 
     def _generate(
         self,
@@ -668,10 +738,11 @@ class Session:
         stop: Union[str, Sequence[str]],
         stop_token_ids: Sequence[int],
         logprobs: Optional[int],
+        logprobs_mode: Optional[LogprobsMode],
         grammar: Optional[Grammar],
         speculative: Optional[_core.Speculative],
     ) -> Completion:
-        chosen, with_steps = _step_sampler(sampler, logprobs)
+        chosen, with_steps = _step_sampler(sampler, logprobs, logprobs_mode)
         out_ids, text, reason, lps, steps, stats = self._core.generate(
             ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
             stop=_stop_list(stop), steps=with_steps, grammar=_grammar_spec(grammar),
@@ -689,6 +760,7 @@ class Session:
         stop: Union[str, Sequence[str]] = (),
         stop_token_ids: Sequence[int] = (),
         special: bool = True,
+        logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
@@ -699,7 +771,8 @@ class Session:
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
         core = self._core.stream(
             self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
-            sampler=(sampler or Sampler.greedy())._core, stop_token_ids=list(stop_token_ids), stop=_stop_list(stop),
+            sampler=_step_sampler(sampler, None, logprobs_mode)[0]._core, stop_token_ids=list(stop_token_ids),
+            stop=_stop_list(stop),
             grammar=_grammar_spec(grammar),
             speculative=_settings(speculative),
         )

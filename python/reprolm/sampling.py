@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,7 @@ from ._decoding import StepInfo, _alternatives_count
 from .errors import InvalidArgumentError
 
 __all__ = [
+    "LogprobsMode",
     "Sampler",
     "softmax",
     "entropy",
@@ -44,12 +45,26 @@ def _count(name: str, value: int) -> int:
     return v
 
 
+def _mode(value: object) -> str:
+    """A ``logprobs_mode`` as the engine takes it (the engine names any other string)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"invalid value for 'logprobs_mode': must be 'raw' or 'processed', got {value!r}")
+    return value
+
+
 def _token_id(name: str, value: int) -> int:
     """A token id of a setting: 0 <= id < 2^32 (the engine checks it against the vocabulary)."""
     v = int(value)
     if not 0 <= v < 2**32:
         raise InvalidArgumentError(f"invalid value for '{name}': token id {v} is outside any vocabulary")
     return v
+
+
+LogprobsMode = Literal["processed", "raw"]
+"""Which distribution reported log-probabilities come from: ``"processed"``, the final
+distribution q the token was drawn from (after penalties, bias, masks, temperature and
+truncation; the point mass for greedy decoding), or ``"raw"``, the model's own softmax of the
+logits before any processing."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,9 @@ class Sampler:
     top_logprobs: int = 0
     """How many most probable alternatives :meth:`sample` reports (``generate(logprobs=N)``
     sets it to N); does not change what is sampled."""
+    logprobs_mode: LogprobsMode = "processed"
+    """The distribution of the reported log-probabilities (see :data:`LogprobsMode`;
+    ``generate(logprobs_mode=...)`` sets it); does not change what is sampled."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_config", self._make_config())
@@ -108,6 +126,7 @@ class Sampler:
             banned_token_ids=[_token_id("banned_token_ids", i) for i in self.banned_token_ids],
             seed=int(self.seed),
             top_logprobs=_count("top_logprobs", self.top_logprobs),
+            logprobs_mode=_mode(self.logprobs_mode),
         )
 
     def __reduce__(self) -> tuple[type["Sampler"], tuple[Any, ...]]:
@@ -198,11 +217,16 @@ def uniform(seed: int, step: int) -> float:
     return _core.uniform(int(seed), int(step))
 
 
-def _step_sampler(sampler: Optional[Sampler], logprobs: Optional[int]) -> tuple[Sampler, bool]:
-    """The sampler to run (greedy by default) reporting ``logprobs`` alternatives, and whether
-    per-step statistics were asked for."""
+def _step_sampler(
+    sampler: Optional[Sampler], logprobs: Optional[int], logprobs_mode: Optional[LogprobsMode] = None
+) -> tuple[Sampler, bool]:
+    """The sampler to run (greedy by default) reporting ``logprobs`` alternatives in
+    ``logprobs_mode`` (None: the sampler's own), and whether per-step statistics were asked
+    for."""
     alternatives = _alternatives_count(logprobs)
     chosen = sampler or Sampler.greedy()
+    if logprobs_mode is not None and logprobs_mode != chosen.logprobs_mode:
+        chosen = dataclasses.replace(chosen, logprobs_mode=logprobs_mode)
     if alternatives is None:
         return chosen, False
     return dataclasses.replace(chosen, top_logprobs=alternatives), True

@@ -9,6 +9,7 @@ mod grammar;
 mod quantize;
 mod request;
 mod sampling;
+mod score;
 mod session;
 mod speculative;
 mod stream;
@@ -324,6 +325,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModelConfig>()?;
     m.add_class::<session::PySession>()?;
     sampling::register(m)?;
+    score::register(m)?;
     stream::register(m)?;
     batch::register(m)?;
     chat::register(m)?;

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
 use crate::error::{Error, Result};
-use crate::sampling::{self, SamplerConfig, Selection};
+use crate::sampling::{self, LogprobsMode, SamplerConfig, Selection};
 
 /// One selection as Python sees it: (token id, ln q(token), H(q), removed mass,
 /// [(id, ln q(id))] of the most probable alternatives).
@@ -47,7 +47,7 @@ impl PySamplerConfig {
     #[new]
     #[pyo3(signature = (*, temperature, top_k, top_p, min_p, repetition_penalty, penalty_window,
                         presence_penalty, frequency_penalty, logit_bias, allowed_token_ids,
-                        banned_token_ids, seed, top_logprobs))]
+                        banned_token_ids, seed, top_logprobs, logprobs_mode="processed"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         temperature: f64,
@@ -63,6 +63,7 @@ impl PySamplerConfig {
         banned_token_ids: Vec<i64>,
         seed: i128,
         top_logprobs: i64,
+        logprobs_mode: &str,
     ) -> PyResult<Self> {
         let id = |name: &str, v: i64| {
             u32::try_from(v).map_err(|_| crate::Error::invalid_argument(name, format!("token id {v} is out of range")))
@@ -86,6 +87,7 @@ impl PySamplerConfig {
             banned_token_ids: ids("banned_token_ids", banned_token_ids).py()?,
             seed: counter("seed", seed).py()?,
             top_logprobs: count("top_logprobs", top_logprobs).py()?,
+            logprobs_mode: LogprobsMode::from_name(logprobs_mode).py()?,
         };
         // Ids are checked against the model's vocabulary when the sampler is used. Here the
         // vocabulary is taken one token larger than the largest id mentioned, so every

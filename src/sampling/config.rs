@@ -40,9 +40,46 @@ pub struct SamplerConfig {
     pub banned_token_ids: Vec<u32>,
     /// Seed of the counter-based generator: step t draws `rng::uniform(seed, t)`.
     pub seed: u64,
-    /// Number of most probable alternatives (id, log-probability under q) reported with each
+    /// Number of most probable alternatives (id, log-probability) reported with each
     /// selection; 0 = none. Does not change what is sampled.
     pub top_logprobs: usize,
+    /// Which distribution the reported log-probabilities (of the chosen token and of the
+    /// alternatives) are taken from. Does not change what is sampled.
+    pub logprobs_mode: LogprobsMode,
+}
+
+/// The distribution a [`Selection`](crate::sampling::Selection)'s log-probabilities come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogprobsMode {
+    /// The final distribution q the token was drawn from (after penalties, bias, masks,
+    /// temperature and truncation); the point mass for greedy decoding.
+    #[default]
+    Processed,
+    /// The model's own distribution softmax(z) of the logits before any processing
+    /// ([`RawLogprobs`](crate::sampling::RawLogprobs)).
+    Raw,
+}
+
+impl LogprobsMode {
+    /// The mode named `"processed"` or `"raw"`; any other name is an invalid `logprobs_mode`.
+    pub fn from_name(name: &str) -> Result<LogprobsMode> {
+        match name {
+            "processed" => Ok(LogprobsMode::Processed),
+            "raw" => Ok(LogprobsMode::Raw),
+            other => Err(Error::invalid_argument(
+                "logprobs_mode",
+                format!("must be \"raw\" or \"processed\", got {other:?}"),
+            )),
+        }
+    }
+
+    /// The mode's name, as [`LogprobsMode::from_name`] takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogprobsMode::Processed => "processed",
+            LogprobsMode::Raw => "raw",
+        }
+    }
 }
 
 impl Default for SamplerConfig {
@@ -61,6 +98,7 @@ impl Default for SamplerConfig {
             banned_token_ids: Vec::new(),
             seed: 0,
             top_logprobs: 0,
+            logprobs_mode: LogprobsMode::Processed,
         }
     }
 }

@@ -28,6 +28,13 @@
 //! decides a set or a token (proposition 6.3.1). The free functions below ([`softmax()`],
 //! [`top_k_set`], [`top_p_set`], [`restrict`], [`entropy`], [`total_variation`],
 //! [`log_softmax`]) run the same code as the sampler.
+//!
+//! # Log-probabilities
+//!
+//! A [`Selection`] reports log-probabilities of the final distribution q by default
+//! ([`LogprobsMode::Processed`]), or of the model's own distribution softmax(z) before any
+//! stage above ([`LogprobsMode::Raw`], computed by [`RawLogprobs`]); the choice of the token
+//! never depends on it.
 
 /// Defines a function whose body is compiled three times, for AVX-512, AVX2 and the baseline,
 /// and picks the best the CPU has at run time. For loops over the vocabulary whose every
@@ -81,6 +88,7 @@ pub(crate) fn has_avx512() -> bool {
 mod config;
 mod exact_sum;
 mod processors;
+mod raw;
 pub mod rng;
 mod sampler;
 mod select;
@@ -89,7 +97,8 @@ pub mod speculative;
 mod stats;
 mod truncation;
 
-pub use config::SamplerConfig;
+pub use config::{LogprobsMode, SamplerConfig};
+pub use raw::{score_rows, RawLogprobs, TokenLogprob};
 pub use sampler::{Sampler, Selection};
 pub use softmax::{log_softmax, softmax};
 pub use stats::{entropy, total_variation};

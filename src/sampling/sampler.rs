@@ -1,7 +1,8 @@
 //! [`Sampler`]: the validated pipeline with its reusable buffers, and [`Selection`].
 
 use crate::error::{Error, Result};
-use crate::sampling::config::SamplerConfig;
+use crate::sampling::config::{LogprobsMode, SamplerConfig};
+use crate::sampling::raw::RawLogprobs;
 use crate::sampling::processors::{restrict_to_bits, Processors};
 use crate::sampling::rng::{uniform, uniform_for, Purpose};
 use crate::sampling::speculative::verify_draft;
@@ -15,7 +16,8 @@ use crate::sampling::truncation::{restrict_into, Kept, Truncation};
 pub struct Selection {
     /// The chosen token id.
     pub token: u32,
-    /// ln q(token).
+    /// ln q(token), or ln softmax(z)_token of the unprocessed logits with
+    /// [`LogprobsMode::Raw`].
     pub logprob: f64,
     /// The entropy H(q) in nats.
     pub entropy: f64,
@@ -24,7 +26,8 @@ pub struct Selection {
     /// point mass).
     pub removed_mass: f64,
     /// The `top_logprobs` most probable tokens under q as (id, ln q), probability descending,
-    /// ties by ascending id; shorter when q has fewer tokens.
+    /// ties by ascending id; shorter when q has fewer tokens. With [`LogprobsMode::Raw`], the
+    /// most probable under softmax(z) of the unprocessed logits, as (id, ln softmax(z)_id).
     pub alternatives: Vec<(u32, f64)>,
 }
 
@@ -72,6 +75,8 @@ pub struct Sampler {
     logits: Vec<f64>,
     /// The post-temperature distribution p_tau; `[vocab_size]`.
     probs: Vec<f64>,
+    /// With [`LogprobsMode::Raw`]: the scorer of the unprocessed logits.
+    raw: Option<RawLogprobs>,
 }
 
 impl Sampler {
@@ -84,6 +89,7 @@ impl Sampler {
             truncation: Truncation::new(&config, vocab_size),
             logits: vec![0.0; vocab_size],
             probs: vec![0.0; vocab_size],
+            raw: (config.logprobs_mode == LogprobsMode::Raw).then(|| RawLogprobs::new(vocab_size)),
             config,
         })
     }
@@ -180,7 +186,27 @@ impl Sampler {
         self.select(logits, history, n_prompt, allowed, Choice::Drafted { token: drafted, r, u_accept, u_residual })
     }
 
+    /// Chooses the token and reports its statistics, the log-probabilities in the configured
+    /// [`LogprobsMode`].
     fn select(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        n_prompt: usize,
+        allowed: Option<&[u32]>,
+        choice: Choice<'_>,
+    ) -> Result<Selection> {
+        let mut selection = self.select_processed(logits, history, n_prompt, allowed, choice)?;
+        if let Some(raw) = &mut self.raw {
+            let scored = raw.score(logits, selection.token, self.config.top_logprobs)?;
+            selection.logprob = scored.logprob;
+            selection.alternatives = scored.alternatives;
+        }
+        Ok(selection)
+    }
+
+    /// Chooses the token and reports the statistics of q.
+    fn select_processed(
         &mut self,
         logits: &[f32],
         history: &[u32],

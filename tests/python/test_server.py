@@ -150,7 +150,8 @@ def test_stop_strings(client: openai.OpenAI, model_id: str, model: reprolm.Model
 def test_logprobs_match_the_sampler(client: openai.OpenAI, model_id: str, model: reprolm.Model) -> None:
     prompt = "The weather today is"
     sampler = reprolm.Sampler(temperature=0.8, seed=3)
-    ref = model.generate(prompt, max_tokens=6, sampler=sampler, logprobs=3)
+    # the server's default logprobs_mode is "raw"
+    ref = model.generate(prompt, max_tokens=6, sampler=sampler, logprobs=3, logprobs_mode="raw")
     out = client.completions.create(model=model_id, prompt=prompt, max_tokens=6, temperature=0.8, seed=3, logprobs=3)
     lp = out.choices[0].logprobs
     assert lp is not None and lp.tokens is not None and lp.token_logprobs is not None and lp.top_logprobs is not None
@@ -424,8 +425,8 @@ def test_over_capacity_gets_429_with_retry_after(small_server: ServerProcess) ->
 def test_the_kv_dtype_option_reaches_the_engine(small_server: ServerProcess, model: reprolm.Model) -> None:
     prompt = "The weather today is"
     sampler = reprolm.Sampler(temperature=0.8, seed=3)
-    f16 = model.session(kv_dtype="f16").generate(prompt, max_tokens=6, sampler=sampler, logprobs=1)
-    f32 = model.generate(prompt, max_tokens=6, sampler=sampler, logprobs=1)
+    f16 = model.session(kv_dtype="f16").generate(prompt, max_tokens=6, sampler=sampler, logprobs=1, logprobs_mode="raw")
+    f32 = model.generate(prompt, max_tokens=6, sampler=sampler, logprobs=1, logprobs_mode="raw")
     client = openai.OpenAI(base_url=f"{small_server.url}/v1", api_key="none", max_retries=0)
     out = client.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0.8, seed=3, logprobs=1)
     lp = out.choices[0].logprobs

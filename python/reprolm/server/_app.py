@@ -38,6 +38,8 @@ from ..tools import strict_schema
 from .._request import Request
 from .._results import Chunk
 from ..sampling import Sampler
+from ._compat import max_tokens_of, repetition_of, tokenizer_info_of
+from ._echo import joined, prompt_logprobs
 from ._errors import ApiError, error_body
 from ._metrics import CONTENT_TYPE, Metrics
 from ._tools import ChatPrompt, chat_prompt, reply_message, tool_deltas
@@ -52,7 +54,7 @@ log = logging.getLogger("reprolm.server")
 T = TypeVar("T")
 
 _ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/tokenize",
-              "/detokenize")
+              "/detokenize", "/tokenizer_info")
 _SEED_MODULUS = 2**64
 # What JSON can carry for a log-probability of -inf (a token q gives no mass), as OpenAI does.
 _NEG_INF_LOGPROB = -9999.0
@@ -411,6 +413,8 @@ def _samplers(body: Union[CompletionBody, ChatBody], vocab_size: int) -> list[Sa
             raise ApiError(400, f"invalid value for 'logit_bias': token {token} is outside the vocabulary "
                                 f"(0..{vocab_size - 1})", param="logit_bias", code="invalid_value")
         bias[token] = value
+    repetition_penalty, penalty_window = repetition_of(body.repetition_penalty, body.repeat_penalty,
+                                                       body.repeat_last_n)
     out = []
     for i in range(body.n):
         try:
@@ -419,11 +423,13 @@ def _samplers(body: Union[CompletionBody, ChatBody], vocab_size: int) -> list[Sa
                 top_p=1.0 if body.top_p is None else body.top_p,
                 top_k=body.top_k or 0,
                 min_p=body.min_p or 0.0,
-                repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
+                repetition_penalty=repetition_penalty,
+                penalty_window=penalty_window,
                 presence_penalty=body.presence_penalty or 0.0,
                 frequency_penalty=body.frequency_penalty or 0.0,
                 logit_bias=bias,
                 seed=_seed(body.seed, i),
+                logprobs_mode=body.logprobs_mode or "raw",
             ))
         except errors.InvalidArgumentError as e:
             raise ApiError(400, str(e), code="invalid_value") from None
@@ -447,6 +453,18 @@ def _max_tokens(requested: Optional[int], prompt_len: int, context: int, prompt_
         raise ApiError(400, f"the prompt ({prompt_len} tokens) plus max_tokens ({requested}) exceed the context "
                             f"length ({context})", param="max_tokens", code="context_length_exceeded")
     return requested
+
+
+def _limit(requested: Optional[int], prompt_len: int, context: int, prompt_param: str, param: str) -> int:
+    """:func:`_max_tokens`, its errors naming ``param``, the field that set the limit."""
+    try:
+        return _max_tokens(requested, prompt_len, context, prompt_param)
+    except ApiError as e:
+        if e.param == "max_tokens":
+            e.param = param
+            if param == "n_predict":
+                e.message = e.message.replace("max_tokens", param)
+        raise
 
 
 def _prompts(model: Model, prompt: Union[str, list[str], list[int], list[list[int]]]) -> tuple[list[list[int]], list[str]]:
@@ -642,7 +660,10 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         model = server.ready_model()
         body: TokenizeBody = validate(TokenizeBody, data)
         server.check_model_name(body.model)
-        return _json({"tokens": model.tokenize(body.content, special=body.parse_special)})
+        return _json({"tokens": model.tokenize(body.text(), special=body.parse_special)})
+
+    async def tokenizer_info(request: HttpRequest) -> Response:
+        return _json(tokenizer_info_of(server.ready_model(), server.context_length))
 
     async def detokenize(request: HttpRequest) -> Response:
         data = await server.read_json(request)
@@ -666,9 +687,15 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
                            code="invalid_value")
         prompts, texts = _prompts(model, body.prompt)
         context = server.context_length
-        limits = [_max_tokens(body.max_tokens, len(p), context, "prompt") for p in prompts]
+        requested, param = max_tokens_of(body.max_tokens, body.model_fields_set, body.n_predict)
+        limits = [_limit(requested, len(p), context, "prompt", param) for p in prompts]
         samplers = _samplers(body, model.config.vocab_size)
         prefixes = texts if body.echo else ["" for _ in texts]
+        echoed: list[Optional[dict[str, Any]]] = [None for _ in prompts]
+        if body.echo and body.logprobs is not None:
+            top = body.logprobs
+            echoed = list(await _unless_disconnected(request.receive, asyncio.gather(
+                *(asyncio.to_thread(prompt_logprobs, model, p, top, _logprob) for p in prompts))))
         choices = server.submit(model, prompts, samplers, n=body.n, max_tokens=limits, stop=_stops(body.stop),
                                 logprobs=body.logprobs, prompt_param="prompt", prefixes=prefixes,
                                 grammar=_grammar(body))
@@ -678,7 +705,7 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         if body.stream:
             include_usage = body.stream_options is not None and body.stream_options.include_usage
             return _EventStream(_stream_completion(server, model, head, choices, prompts, body.logprobs,
-                                                   include_usage), lambda: server.release(choices))
+                                                   include_usage, echoed), lambda: server.release(choices))
         outcomes = await _unless_disconnected(request.receive, server.collect(choices))
         out_choices = []
         generated = 0
@@ -686,7 +713,11 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
             generated += len(o.token_ids)
             lp = None
             if body.logprobs is not None:
-                lp = _completion_logprobs(model, _reported_steps(o.steps, o.finish_reason), len(c.prefix))
+                steps = o.steps if body.echo else _reported_steps(o.steps, o.finish_reason)
+                lp = _completion_logprobs(model, steps, len(c.prefix))
+                prompt_lp = echoed[c.prompt_index]
+                if prompt_lp is not None:
+                    lp = joined(prompt_lp, lp)
             out_choices.append({"index": c.index, "text": c.prefix + o.text, "logprobs": lp,
                                 "finish_reason": _finish(o.finish_reason)})
         _count_tokens(server, prompts, generated)
@@ -704,12 +735,8 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         ids = prompt.ids
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        try:
-            limit = _max_tokens(requested, len(ids), server.context_length, "messages")
-        except ApiError as e:
-            if e.param == "max_tokens":
-                e.param = param
-            raise
+        requested, param = max_tokens_of(requested, body.model_fields_set, body.n_predict, param)
+        limit = _limit(requested, len(ids), server.context_length, "messages", param)
         samplers = _samplers(body, model.config.vocab_size)
         logprobs = (body.top_logprobs or 0) if body.logprobs else None
         try:
@@ -760,6 +787,7 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
         Route("/tokenize", endpoint(tokenize), methods=["POST"]),
         Route("/detokenize", endpoint(detokenize), methods=["POST"]),
+        Route("/tokenizer_info", endpoint(tokenizer_info), methods=["GET"]),
     ]
     if config.webui:
         routes.append(Route("/", endpoint(chat_page, auth=False), methods=["GET"]))
@@ -782,9 +810,10 @@ def _count_tokens(server: _Server, prompts: Sequence[list[int]], generated: int)
 
 def _stream_completion(
     server: _Server, model: Model, head: dict[str, Any], choices: list[_Choice], prompts: list[list[int]],
-    logprobs: Optional[int], include_usage: bool,
+    logprobs: Optional[int], include_usage: bool, echoed: list[Optional[dict[str, Any]]],
 ) -> AsyncGenerator[bytes, None]:
     offsets = {id(c): len(c.prefix) for c in choices}
+    echo = any(e is not None for e in echoed)
 
     def piece(c: _Choice, text: str, steps: list[StepInfo]) -> dict[str, Any]:
         lp = None if logprobs is None else _completion_logprobs(model, steps, offsets[id(c)])
@@ -792,8 +821,8 @@ def _stream_completion(
         return {"text": text, "logprobs": lp}
 
     return _stream_choices(server, head, choices, prompts, include_usage,
-                           opening=lambda c: {"text": c.prefix, "logprobs": None} if c.prefix else None,
-                           piece=piece, ending={"text": "", "logprobs": None})
+                           opening=lambda c: {"text": c.prefix, "logprobs": echoed[c.prompt_index]} if c.prefix else None,
+                           piece=piece, ending={"text": "", "logprobs": None}, keep_eos=echo)
 
 
 def _stream_chat(
@@ -851,6 +880,7 @@ async def _stream_choices(
     opening: Callable[[_Choice], Optional[dict[str, Any]]],
     piece: Callable[[_Choice, str, list[StepInfo]], dict[str, Any]],
     ending: dict[str, Any],
+    keep_eos: bool = False,
 ) -> AsyncGenerator[bytes, None]:
     """The server-sent events of a streamed completion or chat: each choice's `opening`
     fields (if any), a `piece` per chunk with text or statistics, the `ending` fields with
@@ -870,7 +900,8 @@ async def _stream_choices(
                 yield chunk(c.index, first, None)
         async for c, event in merged:
             generated += len(event.token_ids)
-            steps = [] if event.step is None else _reported_steps([event.step], event.finish_reason)
+            steps = [] if event.step is None else (
+                [event.step] if keep_eos else _reported_steps([event.step], event.finish_reason))
             if event.text or steps:
                 yield chunk(c.index, piece(c, event.text, steps), None)
             if event.finish_reason is not None:

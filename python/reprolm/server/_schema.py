@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional, Union
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ._compat import CompatFields
 from ._errors import ApiError
 
 __all__ = ["CompletionBody", "ChatBody", "TokenizeBody", "DetokenizeBody", "parse_json", "validate",
@@ -37,8 +38,9 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
-class _Sampling(_Body):
-    """Fields common to both generation endpoints."""
+class _Sampling(_Body, CompatFields):
+    """Fields common to both generation endpoints (with llama-server's and ``logprobs_mode``
+    from :class:`CompatFields`)."""
 
     model: str
     temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
@@ -166,12 +168,24 @@ class ChatBody(_Sampling):
 
 
 class TokenizeBody(_Body):
-    """``POST /tokenize`` (llama-server's shape)."""
+    """``POST /tokenize``: llama-server's shape (``content``), or vLLM's (``prompt``, whose
+    ``add_special_tokens`` is llama-server's ``add_special``)."""
 
-    content: str
+    content: Optional[str] = None
+    prompt: Optional[str] = None
     add_special: bool = False
+    add_special_tokens: bool = False
     parse_special: bool = True
     model: Optional[str] = None
+
+    @pydantic.model_validator(mode="after")
+    def _text(self) -> "TokenizeBody":
+        if (self.content is None) == (self.prompt is None):
+            raise ValueError("give the text as 'content' (llama-server) or 'prompt' (vLLM), one of them")
+        return self
+
+    def text(self) -> str:
+        return self.content if self.content is not None else (self.prompt or "")
 
 
 class DetokenizeBody(_Body):

@@ -44,6 +44,12 @@ TEMPLATES: dict[str, tuple[str, str]] = {
     # The templates inside the vocabulary files (read from the GGUF, as a model's would be).
     "gguf:ggml-vocab-phi-3.gguf": ("<s>", "<|endoftext|>"),
     "gguf:ggml-vocab-qwen2.gguf": ("<|endoftext|>", "<|endoftext|>"),
+    # Templates with transformers' {% generation %} block (assistant-token masks).
+    "LFM2.5-8B-A1B.jinja": ("<|startoftext|>", "<|im_end|>"),
+    # The Laguna templates write their own special tokens and read neither variable.
+    "poolside-Laguna-S-2.1.jinja": ("", ""),
+    "poolside-Laguna-XS-2.1.jinja": ("", ""),
+    "poolside-Laguna-XS.2.jinja": ("", ""),
 }
 
 WEATHER_TOOL = {
