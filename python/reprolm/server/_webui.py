@@ -5,15 +5,14 @@ run exactly that script and style and talk to this server only."""
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import re
 from importlib import resources
+from typing import Optional
 
 from starlette.responses import Response
 
 __all__ = ["page_response"]
-
 
 
 def _inline(tag: str, html: str) -> str:
@@ -24,13 +23,18 @@ def _inline(tag: str, html: str) -> str:
     return str(found[0])
 
 
+_PAGE: Optional[tuple[bytes, str]] = None
+
+
 def _sha256_source(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-@functools.lru_cache(maxsize=1)
 def _page() -> tuple[bytes, str]:
-    """The page's bytes and its Content-Security-Policy."""
+    """The page's bytes and its Content-Security-Policy (read once, on the first request)."""
+    global _PAGE
+    if _PAGE is not None:
+        return _PAGE
     html = resources.files("reprolm.server").joinpath("webui").joinpath("index.html").read_text(encoding="utf-8")
     policy = "; ".join([
         "default-src 'none'",
@@ -42,7 +46,8 @@ def _page() -> tuple[bytes, str]:
         "form-action 'none'",
         "frame-ancestors 'none'",
     ])
-    return html.encode(), policy
+    _PAGE = html.encode(), policy
+    return _PAGE
 
 
 def page_response() -> Response:
