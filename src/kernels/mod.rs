@@ -8,6 +8,7 @@
 pub mod elementwise;
 mod groups;
 pub mod int8;
+pub mod kquant;
 mod lanes;
 pub mod packed;
 pub mod quantize_act;
