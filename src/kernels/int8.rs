@@ -130,6 +130,33 @@ pub(crate) trait IntLanes: Copy {
     unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6;
     /// Lane `l`: `sc_0 (sum_{i<16} u x - 32 hsum) + sc_1 (sum_{i>=16} u x - 32 (qsum - hsum))`.
     unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self;
+    /// Q4_K's `d_w = d * sc` and `m_w = -(dmin * m)` of a chunk of `n` (8 or 16) groups from
+    /// the super-block headers at `h` (16 bytes each); zero past `n`. Every product is exact,
+    /// so the default (plain code) and an ISA's own way give the same bits.
+    #[inline(always)]
+    unsafe fn q4k_scales(h: *const u8, n: usize) -> (Self::F, Self::F) {
+        let (mut dw, mut mw) = ([0f32; 16], [0f32; 16]);
+        for b in 0..n / SUPER_GROUPS {
+            let h = h.add(Q4K_HEADER * b);
+            let (sc, m) = q4k_scales_mins(h);
+            let (d, dmin) = (f16_at(h), f16_at(h.add(2)));
+            for j in 0..SUPER_GROUPS {
+                dw[SUPER_GROUPS * b + j] = d * sc[j] as f32;
+                mw[SUPER_GROUPS * b + j] = -(dmin * m[j] as f32);
+            }
+        }
+        (<Self::F as Lanes16>::load(dw.as_ptr()), <Self::F as Lanes16>::load(mw.as_ptr()))
+    }
+    /// Q6_K's `d_w`: lane `l` the f16 `d` of super-block `l / 8` (at `d + 2 (l / 8)`), for a
+    /// chunk of `n` (8 or 16) groups; zero past `n`.
+    #[inline(always)]
+    unsafe fn q6k_scales(d: *const u8, n: usize) -> Self::F {
+        let mut dw = [0f32; 16];
+        for b in 0..n / SUPER_GROUPS {
+            dw[SUPER_GROUPS * b..SUPER_GROUPS * (b + 1)].fill(f16_at(d.add(2 * b)));
+        }
+        <Self::F as Lanes16>::load(dw.as_ptr())
+    }
     /// `self - 8 * qsum` lane-wise.
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self;
     /// Exact conversion (every value is below 2^24 in magnitude).
@@ -179,9 +206,9 @@ pub(crate) trait Kind {
     /// The chunk's weight scales `d_w` and offsets `m_w` (zero if none) of groups
     /// `g0..g0 + n` of a row whose scales part starts at `s` (`groups` groups); zero past `n`.
     #[inline(always)]
-    unsafe fn scales<F: Lanes16>(s: *const u8, groups: usize, g0: usize, n: usize) -> (F, F) {
-        let d = f16_chunk::<F>(s.add(2 * g0), n);
-        let m = if Self::OFFSET { f16_chunk::<F>(s.add(2 * groups + 2 * g0), n) } else { F::zero() };
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        let d = f16_chunk::<D::F>(s.add(2 * g0), n);
+        let m = if Self::OFFSET { f16_chunk::<D::F>(s.add(2 * groups + 2 * g0), n) } else { <D::F as Lanes16>::zero() };
         (d, m)
     }
     /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
@@ -286,20 +313,9 @@ impl Kind for KQ4K {
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
         D::dot_q4(w, x)
     }
-    /// Both products are exact (an f16 times a 6-bit integer), so every ISA has the same bits.
     #[inline(always)]
-    unsafe fn scales<F: Lanes16>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (F, F) {
-        let (mut dw, mut mw) = ([0f32; 16], [0f32; 16]);
-        for b in 0..n / SUPER_GROUPS {
-            let h = s.add(Q4K_HEADER * (g0 / SUPER_GROUPS + b));
-            let (sc, m) = q4k_scales_mins(h);
-            let (d, dmin) = (f16_at(h), f16_at(h.add(2)));
-            for j in 0..SUPER_GROUPS {
-                dw[SUPER_GROUPS * b + j] = d * sc[j] as f32;
-                mw[SUPER_GROUPS * b + j] = -(dmin * m[j] as f32);
-            }
-        }
-        (F::load(dw.as_ptr()), F::load(mw.as_ptr()))
+    unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -328,13 +344,8 @@ impl Kind for KQ6K {
         D::dot_q6(w, x, qsum, hsum)
     }
     #[inline(always)]
-    unsafe fn scales<F: Lanes16>(s: *const u8, groups: usize, g0: usize, n: usize) -> (F, F) {
-        let mut dw = [0f32; 16];
-        for b in 0..n / SUPER_GROUPS {
-            let d = f16_at(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS + b)));
-            dw[SUPER_GROUPS * b..SUPER_GROUPS * (b + 1)].fill(d);
-        }
-        (F::load(dw.as_ptr()), F::zero())
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), n), <D::F as Lanes16>::zero())
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -454,7 +465,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     if n > 0 {
         let g0 = groups - n;
         let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
-        let (mut dw, mw) = chunk_scales::<D::F, K, NR>(&d_ptr, groups, g0, n);
+        let (mut dw, mw) = chunk_scales::<D, K, NR>(&d_ptr, groups, g0, n);
         // Lane 4g + w: the scale of group g (zero past the groups).
         for d in &mut dw {
             *d = D::spread4(*d);
@@ -493,7 +504,7 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
     let g0 = c * CHUNK_GROUPS;
     let n = (groups - g0).min(CHUNK_GROUPS);
     let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), d_ptr[r].add(2 * g0), n));
-    let (dw, mw) = chunk_scales::<D::F, K, NR>(d_ptr, groups, g0, n);
+    let (dw, mw) = chunk_scales::<D, K, NR>(d_ptr, groups, g0, n);
     for t in 0..NT {
         let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
         let lane = t * x.lane_stride + g0;
@@ -509,8 +520,8 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
 /// The chunk's weight scales `d_w` and (Q4_1, Q4_K) offsets `m_w` of each row, zero past
 /// `n` groups ([`Kind::scales`]).
 #[inline(always)]
-unsafe fn chunk_scales<F: Lanes16, K: Kind, const NR: usize>(d_ptr: &[*const u8; NR], groups: usize, g0: usize, n: usize) -> ([F; NR], [F; NR]) {
-    let both: [(F, F); NR] = per_index!(NR, |r| K::scales::<F>(d_ptr[r], groups, g0, n));
+unsafe fn chunk_scales<D: IntLanes, K: Kind, const NR: usize>(d_ptr: &[*const u8; NR], groups: usize, g0: usize, n: usize) -> ([D::F; NR], [D::F; NR]) {
+    let both: [(D::F, D::F); NR] = per_index!(NR, |r| K::scales::<D>(d_ptr[r], groups, g0, n));
     (both.map(|b| b.0), both.map(|b| b.1))
 }
 
@@ -716,8 +727,52 @@ mod x86 {
         }
     }
 
+    /// 16 f32 lanes: lanes 0..8 lane `a` of `v`, lanes 8..16 lane `b` (a super-block's
+    /// value spread over its 8 groups).
+    #[inline(always)]
+    unsafe fn spread8(v: __m128, a: i32, b: i32) -> __m512 {
+        let idx = _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
+    }
+
+    /// The 16 bytes `a` then `b` as f32 lanes.
+    #[inline(always)]
+    unsafe fn ints(a: [u8; 8], b: [u8; 8]) -> __m512 {
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(u64::from_le_bytes(b) as i64, u64::from_le_bytes(a) as i64)))
+    }
+
+    /// Lanes 8..16 zeroed unless the chunk has 16 groups (two super-blocks).
+    #[inline(always)]
+    unsafe fn first_lanes(v: __m512, n: usize) -> __m512 {
+        if n == 16 {
+            v
+        } else {
+            _mm512_maskz_mov_ps(0x00FF, v)
+        }
+    }
+
     impl IntLanes for Vnni {
         type F = Avx512;
+        /// The trait's arithmetic in vectors: the 6-bit integers unpacked on 32-bit words, the
+        /// f16 scales by `vcvtph2ps`, the (exact) products, the sign flipped.
+        #[inline(always)]
+        unsafe fn q4k_scales(h: *const u8, n: usize) -> (Avx512, Avx512) {
+            let word = |p: *const u8| std::ptr::read_unaligned(p.cast::<u32>());
+            let (sc0, m0) = q4k_scales_mins(h);
+            let ((sc1, m1), dd1) = if n == 16 { (q4k_scales_mins(h.add(Q4K_HEADER)), word(h.add(Q4K_HEADER))) } else { (([0; 8], [0; 8]), 0) };
+            // [d_0, dmin_0, d_1, dmin_1]
+            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h) as i32));
+            let dw = _mm512_mul_ps(spread8(f, 0, 2), ints(sc0, sc1));
+            let dm = _mm512_mul_ps(spread8(f, 1, 3), ints(m0, m1));
+            let mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), _mm512_set1_epi32(i32::MIN)));
+            (Avx512(first_lanes(dw, n)), Avx512(first_lanes(mw, n)))
+        }
+        #[inline(always)]
+        unsafe fn q6k_scales(d: *const u8, n: usize) -> Avx512 {
+            let bits = if n == 16 { std::ptr::read_unaligned(d.cast::<u32>()) } else { std::ptr::read_unaligned(d.cast::<u16>()) as u32 };
+            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, 0, bits as i32));
+            Avx512(first_lanes(spread8(f, 0, 1), n))
+        }
         /// (`u` per word, `sc_0`, `sc_1`)
         type Q6 = ([__m512i; 8], __m512i, __m512i);
         #[inline(always)]
@@ -865,7 +920,7 @@ mod x86 {
                     }
                 }
             }
-            let (dw, mw) = chunk_scales::<Avx512, K, NR>(d_ptr, groups, g0, n);
+            let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
             for t in 0..NT {
                 let lane = t * x.lane_stride + g0;
                 let dx = Avx512::load(x.d.add(lane));
