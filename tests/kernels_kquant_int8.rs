@@ -1,19 +1,19 @@
-//! The int8 kernels of the K-quant types (Q4_K, Q6_K; layout in `kernels::kquant`, order of
+//! The int8 kernels of the K-quant types (Q4_K, Q5_K, Q6_K; layout in `kernels::kquant`, order of
 //! operations in `kernels::int8`): every ISA against the scalar twin bit for bit, and the
 //! scalar twin against a float64 evaluation of the definition, step by step with f32
 //! rounding where the definition rounds, equal bit for bit. The weights are decoded here from
 //! ggml's block definitions, independently of the crate's decoders. On random blocks and on
-//! the real Q4_K/Q6_K tensors of the Gemma 3 270M file.
+//! the real Q4_K/Q6_K tensors of the Gemma 3 270M file (which has no Q5_K).
 
 use crate::common::{cached_model, Rng};
 
 use reprolm::gguf::GgufFile;
-use reprolm::kernels::packed::{dequantize_packed_row_in, is_int8_packable, layout_row_bytes, pack_rows_in, Layout};
+use reprolm::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_kquant_int8, layout_row_bytes, pack_rows_in, Layout};
 use reprolm::kernels::quantize_act::{code_offset, QuantizedRows};
 use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
-const TYPES: [GgmlType; 2] = [GgmlType::Q4_K, GgmlType::Q6_K];
+const TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 /// 1, 2, 3, 5, 8 and 17 super-blocks: last chunks of 8 groups (padded) and of 16.
 const SHAPES: [(usize, usize); 6] = [(1, 256), (7, 512), (33, 768), (3, 1280), (24, 2048), (5, 4352)];
 const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
@@ -23,8 +23,9 @@ fn int8_isas() -> Vec<Isa> {
 }
 
 /// A row of ggml blocks decoded by ggml's definitions, per group of 32 values: integer codes
-/// (Q4_K `0..16`, Q6_K `-32..32`), the two integer scales of its halves (Q4_K: one scale
-/// twice), the integer min (Q4_K), and the super-block's f16 `d` and `dmin`.
+/// (Q4_K `0..16`, Q5_K `0..32`, Q6_K `-32..32`), the two integer scales of its halves (Q4_K,
+/// Q5_K: one scale twice), the integer min (Q4_K, Q5_K), and the super-block's f16 `d` and
+/// `dmin`.
 struct Decoded {
     q: Vec<i64>,
     sc: Vec<[i64; 2]>,
@@ -66,6 +67,21 @@ fn decode(ty: GgmlType, row: &[u8]) -> Decoded {
             // 128 values, quarter k of 32, value l: low nibble of ql[64n + l] (k = 0),
             // ql[64n + 32 + l] (k = 1), their high nibbles (k = 2, 3); bits 2k.. of
             // qh[32n + l]; scale of 16 values scales[v / 16].
+            // {d, dmin, scales[12], qh[32], qs[128]}: Q4_K's nibbles and scales, plus bit j of
+            // qh[l] as bit 4 of value l of sub-block j.
+            GgmlType::Q5_K => {
+                for j in 0..8 {
+                    let (sc, m) = scale_min_k4(j, &b[4..16]);
+                    out.q.extend((0..32).map(|l| {
+                        let low = (b[48 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
+                        (low | (((b[16 + l] >> j) & 1) << 4)) as i64
+                    }));
+                    out.sc.push([sc, sc]);
+                    out.m.push(m);
+                    out.d.push(f16(&b[0..2]));
+                    out.dmin.push(f16(&b[2..4]));
+                }
+            }
             GgmlType::Q6_K => {
                 for v in 0..256 {
                     let (n, k, l) = (v / 128, (v % 128) / 32, v % 32);
@@ -123,13 +139,13 @@ fn definition(ty: GgmlType, w: &Decoded, act: &QuantizedRows, t: usize, cols: us
         }
         let half = |h: usize| (16 * h..16 * h + 16).map(|i| w.q[32 * g + i] * xq(32 * g + i)).sum::<i64>();
         let (isum, dw) = match ty {
-            GgmlType::Q4_K => (half(0) + half(1), w.d[g] * w.sc[g][0] as f64),
+            GgmlType::Q4_K | GgmlType::Q5_K => (half(0) + half(1), w.d[g] * w.sc[g][0] as f64),
             _ => (w.sc[g][0] * half(0) + w.sc[g][1] * half(1), w.d[g]),
         };
         assert!(isum.abs() < 1 << 24 && (dw as f32) as f64 == dw, "exact by the bounds in the docs");
         let dd = (dw * act.d[lane] as f64) as f32;
         acc[l] = fma32(dd, isum as f32, acc[l]);
-        if ty == GgmlType::Q4_K {
+        if ty != GgmlType::Q6_K {
             let mw = -(w.dmin[g] * w.m[g] as f64);
             assert_eq!((mw as f32) as f64, mw);
             acc[l] = fma32(mw as f32, act.s[lane], acc[l]);
@@ -234,7 +250,7 @@ fn int8_layout_is_at_most_ggml_bytes() {
         }
     }
     // The K-quant types are among them.
-    assert!(TYPES.iter().all(|&t| is_int8_packable(t)));
+    assert!(TYPES.iter().all(|&t| is_int8_packable(t) && is_kquant_int8(t)));
 }
 
 #[test]
@@ -242,7 +258,7 @@ fn kquant_int8_on_gemma3_tensors() {
     let file = GgufFile::open(cached_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m")).unwrap();
     let mut rng = Rng(11);
     let mut seen = std::collections::BTreeSet::new();
-    for info in file.tensors().iter().filter(|t| t.dims.len() == 2 && TYPES.contains(&t.ggml_type)) {
+    for info in file.tensors().iter().filter(|t| t.dims.len() == 2 && is_kquant_int8(t.ggml_type)) {
         let ty = info.ggml_type;
         let cols = info.dims[0] as usize;
         let all_rows = info.dims[1] as usize;

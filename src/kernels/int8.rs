@@ -39,6 +39,8 @@
 //!   super-block header: `d_w = d * sc` and `m_w = -(dmin * m)` (f32 products of an f16 and
 //!   a 6-bit integer: exact). Step 1 is the nibble dot `sum q x` (`q` in `0..16`), steps 2-4
 //!   as for Q4_1.
+//! - Q5_K is Q4_K with 5-bit codes `q` in `0..32` (bit 4 unpacked from a fifth code word):
+//!   `|isum| <= 32 * 31 * 127`.
 //! - Q6_K has two int8 scales per group (`sc_0` for values `0..16`, `sc_1` for `16..32`)
 //!   and they are folded into the exact integer sum: step 1 is
 //!   `isum = sc_0 * sum_{i<16} q_i x_i + sc_1 * sum_{i>=16} q_i x_i` with `q = u - 32` in
@@ -122,6 +124,15 @@ pub(crate) trait IntLanes: Copy {
     unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self;
     /// Lane `l`: `sum of signed code * x`; `qsum` is the chunk's 16 activation code sums.
     unsafe fn dot_q8(w: &Self::Q8, x: *const i8, qsum: *const i32) -> Self;
+    /// Q5_K codes (`0..32`) of a chunk of `n` (8 or 16) groups at `codes`, unpacked to 8
+    /// words as `Q4`; missing lanes are zero.
+    unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4;
+    /// Lane `l`: `sum of code (0..31) * x`; by default `dot_q4`'s sums, which have room for
+    /// 5-bit codes unless an ISA overrides this.
+    #[inline(always)]
+    unsafe fn dot_q5(w: &Self::Q4, x: *const i8) -> Self {
+        Self::dot_q4(w, x)
+    }
     /// One chunk of Q6_K codes (`u = q + 32`, unpacked to 8 words as `Q4`) and the lanes'
     /// two sub-block scales.
     type Q6: Copy;
@@ -326,6 +337,35 @@ impl Kind for KQ4K {
     }
 }
 
+/// Q5_K: Q4_K's arithmetic on 5-bit codes (`[G][20]` code bytes, then Q4_K's headers).
+struct KQ5K;
+impl Kind for KQ5K {
+    const CODE_BYTES: usize = 20;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q5(w, x)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
 /// Q6_K: the sub-block scales folded into the integer sum, `d_w = d` of the super-block
 /// (`[G][2]` i8 sub-block scales, then `[S]` f16 `d`, after the codes).
 struct KQ6K;
@@ -370,6 +410,7 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
         KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
         _ => match w.ty {
             crate::tensor::GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
+            crate::tensor::GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
             crate::tensor::GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
             _ => unreachable!("checked by is_int8_packable"),
         },
@@ -569,6 +610,18 @@ unsafe fn q6_sub_scales(sub: *const u8, n: usize) -> ([i32; 16], [i32; 16]) {
 
 impl IntLanes for ScalarI32 {
     type F = Scalar16;
+    #[inline(always)]
+    unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
+        let mut w = [[0u8; 64]; 8];
+        for j in 0..4 {
+            for i in 0..4 * n {
+                let (b, high) = (*codes.add(4 * n * j + i), *codes.add(16 * n + i));
+                w[j][i] = (b & 0x0F) | (((high >> j) & 1) << 4);
+                w[j + 4][i] = (b >> 4) | (((high >> (j + 4)) & 1) << 4);
+            }
+        }
+        w
+    }
     /// ([word][lane * 4 + byte] of `u`, `sc_0` per lane, `sc_1` per lane)
     type Q6 = ([[u8; 64]; 8], [i32; 16], [i32; 16]);
     #[inline(always)]
@@ -773,6 +826,20 @@ mod x86 {
             let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, 0, bits as i32));
             Avx512(first_lanes(spread8(f, 0, 1), n))
         }
+        #[inline(always)]
+        unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
+            let (m4, one) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
+            let high = word512(codes, 4, n);
+            let mut w = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = word512(codes, j, n);
+                // Bit 4 of each byte: bit k moved down to bit 0, masked, moved up by 4.
+                let hb: [__m512i; 2] = per_index!(2, |h| _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * h) as i32)), one), 4));
+                w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
+                w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
+            }
+            w
+        }
         /// (`u` per word, `sc_0`, `sc_1`)
         type Q6 = ([__m512i; 8], __m512i, __m512i);
         #[inline(always)]
@@ -965,6 +1032,38 @@ mod x86 {
 
     impl IntLanes for Avx2I32 {
         type F = Avx2x2;
+        #[inline(always)]
+        unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
+            let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for h in 0..2 {
+                let high = word256(codes, 4, n, h);
+                for j in 0..4 {
+                    let v = word256(codes, j, n, h);
+                    let hb: [__m256i; 2] = per_index!(2, |k| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * k) as i32)), one), 4));
+                    w[j][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb[0]);
+                    w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
+                }
+            }
+            w
+        }
+        /// `maddubs` of codes `0..31` and `|x| <= 127`: pair sums at most `2 * 31 * 127 = 7874`,
+        /// four words added in i16 (`31496 < 32767`), then widened.
+        #[inline(always)]
+        unsafe fn dot_q5(w: &Self::Q4, x: *const i8) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                for k0 in [0, 4] {
+                    let mut s = _mm256_setzero_si256();
+                    for k in k0..k0 + 4 {
+                        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], _mm256_loadu_si256(x.add(64 * k + 32 * h).cast())));
+                    }
+                    *o = _mm256_add_epi32(*o, _mm256_madd_epi16(s, ones));
+                }
+            }
+            Avx2I32(out[0], out[1])
+        }
         /// ([word][half] of `u`, `sc_0` per half, `sc_1` per half)
         type Q6 = ([[__m256i; 2]; 8], [__m256i; 2], [__m256i; 2]);
         #[inline(always)]

@@ -1,4 +1,4 @@
-//! The int8 layout of the K-quant types Q4_K and Q6_K: ggml's 256-value super-blocks
+//! The int8 layout of the K-quant types Q4_K, Q5_K and Q6_K: ggml's 256-value super-blocks
 //! repacked at load for [`super::int8`], in exactly ggml's bytes per row.
 //!
 //! A row of `G` groups of 32 values (`G` a multiple of 8: `S = G / 8` super-blocks) holds
@@ -12,6 +12,11 @@
 //! [S][16] headers    ggml's first 16 bytes of the block: f16 d, f16 dmin, 12 bytes of
 //!                    6-bit sub-block scales and mins (ggml's `get_scale_min_k4` packing)
 //!
+//! Q5_K (176 bytes per 256 values, as ggml)
+//! [G][20] codes      u in 0..32 (5 bits). Bytes 0..16: low 4 bits, as Q4_K;
+//!                    byte 16 + b, bit k = bit 4 of value 4k + b
+//! [S][16] headers    as Q4_K
+//!
 //! Q6_K (210 bytes per 256 values, as ggml)
 //! [G][24] codes      u = q + 32 in 0..64 (6 bits). Bytes 0..16: low 4 bits, as Q4_K;
 //!                    byte 16 + 4h + b: bits 2m..2m + 2 = bits 4..6 of value 4(4h + m) + b
@@ -21,10 +26,11 @@
 //!
 //! so code word `k` of a group (values `4k..4k + 4`, the activation word `k` of
 //! [`super::quantize_act`]) is the low nibbles of word `k` (k < 4) or the high nibbles of
-//! word `k - 4`, and for Q6_K bits 4 and 5 from word `4 + k / 4`, shifted by `2 (k % 4)`.
+//! word `k - 4`; for Q5_K bit 4 is bit `k` of word 4, for Q6_K bits 4 and 5 come from word
+//! `4 + k / 4`, shifted by `2 (k % 4)`.
 //!
-//! The weights: Q4_K value `(d sc) q - dmin m` (group scale `d sc`, offset `-(dmin m)`, both
-//! exact in f32, see `tensor::types::q4_k`), Q6_K `(d sc_h) (u - 32)` for half `h`, ggml's
+//! The weights: Q4_K and Q5_K value `(d sc) q - dmin m` (group scale `d sc`, offset
+//! `-(dmin m)`, both exact in f32, see `tensor::types::q4_k`), Q6_K `(d sc_h) (u - 32)` for half `h`, ggml's
 //! values bit for bit ([`group`]).
 
 use crate::tensor::types::q4_k::scale_min;
@@ -41,6 +47,7 @@ pub const Q4K_HEADER: usize = 16;
 pub fn code_bytes(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q4_K => 16,
+        GgmlType::Q5_K => 20,
         GgmlType::Q6_K => 24,
         _ => unreachable!("not a K-quant int8 type"),
     }
@@ -65,7 +72,7 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {
         }
         for (s, block) in src.chunks_exact(ty.block_bytes()).enumerate() {
             match ty {
-                GgmlType::Q4_K => scales[Q4K_HEADER * s..Q4K_HEADER * (s + 1)].copy_from_slice(&block[..Q4K_HEADER]),
+                GgmlType::Q4_K | GgmlType::Q5_K => scales[Q4K_HEADER * s..Q4K_HEADER * (s + 1)].copy_from_slice(&block[..Q4K_HEADER]),
                 GgmlType::Q6_K => {
                     scales[16 * s..16 * (s + 1)].copy_from_slice(&block[192..208]);
                     let d_at = 2 * groups + 2 * s;
@@ -81,12 +88,17 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {
 fn group_code_bytes(ty: GgmlType, group: &Group) -> [u8; 24] {
     let mut out = [0u8; 24];
     let u: [u8; 32] = match ty {
-        GgmlType::Q4_K => group.codes.map(|c| c as u8),
+        GgmlType::Q4_K | GgmlType::Q5_K => group.codes.map(|c| c as u8),
         _ => group.codes.map(|c| (c + 32) as u8),
     };
-    debug_assert!(u.iter().all(|&v| v < if ty == GgmlType::Q4_K { 16 } else { 64 }));
+    debug_assert!(u.iter().all(|&v| v < [16, 32, 64][(code_bytes(ty) - 16) / 4]));
     for i in 0..16 {
         out[i] = (u[i] & 0x0F) | ((u[16 + i] & 0x0F) << 4);
+    }
+    if ty == GgmlType::Q5_K {
+        for b in 0..4 {
+            out[16 + b] = (0..8).map(|k| ((u[4 * k + b] >> 4) & 1) << k).sum();
+        }
     }
     if ty == GgmlType::Q6_K {
         for h in 0..2 {
@@ -112,7 +124,13 @@ pub fn group(ty: GgmlType, row: &[u8], groups: usize, g: usize) -> Group {
     }
     let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
     match ty {
-        GgmlType::Q4_K => {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            if ty == GgmlType::Q5_K {
+                for v in 0..32 {
+                    let high = (byte(16 + v % 4) >> (v / 4)) & 1;
+                    out.codes[v] |= (high << 4) as i8;
+                }
+            }
             let h = &scales[Q4K_HEADER * (g / SUPER_GROUPS)..];
             let (sc, m) = scale_min(&h[4..16], g % SUPER_GROUPS);
             out.scale = [f16(&h[0..2]) * sc as f32; 2];

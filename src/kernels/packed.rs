@@ -38,7 +38,7 @@
 //! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
 //! Scales and offsets are unchanged.
 //!
-//! The K-quant types with int8 kernels ([`is_kquant_int8`]: Q4_K, Q6_K) have a chunked
+//! The K-quant types with int8 kernels ([`is_kquant_int8`]: Q4_K, Q5_K, Q6_K) have a chunked
 //! layout of their own, packed straight from ggml's blocks and exactly as large
 //! ([`super::kquant`]); their grouped layout (float32) is the decoded one above.
 
@@ -58,7 +58,7 @@ pub fn is_int8_packable(ty: GgmlType) -> bool {
 /// The K-quant types with int8 kernels, packed for them straight from ggml's blocks into the
 /// layout of [`super::kquant`] (as many bytes as ggml's), not through decoded groups.
 pub fn is_kquant_int8(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
 /// Bytes of one row of `cols` values packed in `layout`: [`packed_row_bytes`], except for the
