@@ -118,3 +118,61 @@ fn gemma3_is_bitwise_identical_across_threads_chunking_and_isa() {
         assert!(bits(&load(isa), 2, 7) == reference, "isa = {}", isa.name());
     }
 }
+
+/// The model with its weights packed for int8 (Q4_K, Q6_K, Q8_0 and Q5_0 matrices on the
+/// int8 kernels).
+fn load_int8(isa: Isa) -> Llama {
+    let file = GgufFile::open(cached_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m")).unwrap();
+    let config = ModelConfig::from_gguf(&file).unwrap();
+    let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
+    Llama { config, weights, isa }
+}
+
+fn best_int8() -> Isa {
+    [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.int8_available()).unwrap_or(Isa::Scalar)
+}
+
+fn model_int8() -> &'static Llama {
+    static MODEL: OnceLock<Llama> = OnceLock::new();
+    MODEL.get_or_init(|| load_int8(best_int8()))
+}
+
+#[test]
+fn gemma3_int8_is_bitwise_identical_across_threads_chunking_and_isa() {
+    let prompt = ids(&reference()["prompts"][1]["ids"]);
+    let bits = |model: &Llama, threads, chunk: usize| -> Vec<u32> {
+        let chunks: Vec<&[u32]> = prompt.chunks(chunk).collect();
+        forward_logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
+    };
+    let reference = bits(model_int8(), 1, usize::MAX);
+    assert!(bits(model_int8(), 3, usize::MAX) == reference, "threads");
+    assert!(bits(model_int8(), 2, 3) == reference, "chunking");
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.int8_available() && *i != best_int8()) {
+        assert!(bits(&load_int8(isa), 2, 7) == reference, "isa = {}", isa.name());
+    }
+}
+
+/// int8 quality: the mean KL divergence of int8's next-token distributions from float32's
+/// (which match transformers, above) over the reference prompts.
+#[test]
+fn gemma3_int8_next_token_distributions_close_to_float32() {
+    let softmax = |z: &[f32]| -> Vec<f64> {
+        let max = z.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+        let e: Vec<f64> = z.iter().map(|&v| (v as f64 - max).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.into_iter().map(|v| v / s).collect()
+    };
+    let mut kls = Vec::new();
+    for (i, p) in reference()["prompts"].as_array().unwrap().iter().enumerate() {
+        let prompt = ids(&p["ids"]);
+        let f = softmax(&forward_logits(model(), 2, &[&prompt], LogitRows::Last));
+        let q = softmax(&forward_logits(model_int8(), 2, &[&prompt], LogitRows::Last));
+        let kl: f64 = f.iter().zip(&q).filter(|(&p, _)| p > 0.0).map(|(&p, &q)| p * (p / q).ln()).sum();
+        eprintln!("prompt {i}: KL(float32 || int8) = {kl:.3e}");
+        kls.push(kl);
+    }
+    let mean = kls.iter().sum::<f64>() / kls.len() as f64;
+    eprintln!("mean KL(float32 || int8) over {} prompts = {mean:.3e}", kls.len());
+    // The bound of forward_int8.rs for SmolLM2 against its reference.
+    assert!(mean <= 5e-3, "mean KL {mean}");
+}

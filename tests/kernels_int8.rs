@@ -220,14 +220,14 @@ fn check_quantizer_on(isa: Isa, cols: usize, q_stride: usize) {
             let lane = t * ls + g;
             if g >= cols / 32 {
                 // Padding of the last chunk.
-                assert_eq!((q.d[lane], q.s[lane], q.qsum[lane]), (0.0, 0.0, 0));
+                assert_eq!((q.d[lane], q.s[lane], q.qsum[lane], q.hsum[lane]), (0.0, 0.0, 0, 0));
                 continue;
             }
             let xs = &x[t * cols + 32 * g..t * cols + 32 * g + 32];
             let a = xs.iter().map(|v| v.abs() as f64).fold(0.0, f64::max);
             let d = (a / 127.0) as f32; // correctly rounded (see div_f32)
             assert_eq!(q.d[lane].to_bits(), d.to_bits(), "d of group {g}, token {t}, {}", isa.name());
-            let mut sum = 0i64;
+            let (mut sum, mut first_half) = (0i64, 0i64);
             for (j, &v) in xs.iter().enumerate() {
                 let code = q.q[t * qs + code_offset(cols, 32 * g + j)] as i64;
                 let expected = if d == 0.0 { 0 } else { round_away(div_f32(v, d) as f64).clamp(-127, 127) };
@@ -241,8 +241,12 @@ fn check_quantizer_on(isa: Isa, cols: usize, q_stride: usize) {
                     saw_tie |= (div_f32(v, d) as f64).fract().abs() == 0.5;
                 }
                 sum += code;
+                if j < 16 {
+                    first_half += code;
+                }
             }
             assert_eq!(q.qsum[lane] as i64, sum);
+            assert_eq!(q.hsum[lane] as i64, first_half);
             if g >= cols / 32 - narrow_groups(cols) {
                 // The narrow chunk's per-lane scale and code sums.
                 let l = g % 16;

@@ -31,6 +31,24 @@
 //!
 //! Each output's sequence depends only on the shapes, never on the tile, the thread's rows
 //! or the number of tokens in the call.
+//!
+//! The K-quant types (layout in [`super::kquant`]; rows are whole super-blocks of 8 groups,
+//! so a last chunk has 8 or 16 groups and is never narrow) follow the same four steps:
+//!
+//! - Q4_K is Q4_1 with its group scale and offset computed in the kernel from the
+//!   super-block header: `d_w = d * sc` and `m_w = -(dmin * m)` (f32 products of an f16 and
+//!   a 6-bit integer: exact). Step 1 is the nibble dot `sum q x` (`q` in `0..16`), steps 2-4
+//!   as for Q4_1.
+//! - Q5_K is Q4_K with 5-bit codes `q` in `0..32` (bit 4 unpacked from a fifth code word):
+//!   `|isum| <= 32 * 31 * 127`.
+//! - Q6_K has two int8 scales per group (`sc_0` for values `0..16`, `sc_1` for `16..32`)
+//!   and they are folded into the exact integer sum: step 1 is
+//!   `isum = sc_0 * sum_{i<16} q_i x_i + sc_1 * sum_{i>=16} q_i x_i` with `q = u - 32` in
+//!   `-32..32`. Each half sum is at most `16 * 32 * 127 = 65024` in magnitude and
+//!   `|sc| <= 128`, so `|isum| <= 2 * 128 * 65024 = 16646144 < 2^24`: exact in i32 and in
+//!   f32. Step 2 uses the super-block's `d_w = d` (f16, exact), step 3 as above, no step 4.
+//!   Each ISA takes the unsigned `u` and subtracts `32 * ` the activation codes' half sums
+//!   (`hsum` and `qsum - hsum` of [`super::quantize_act`]).
 
 // Lane, token and row indices address several arrays at once in these loops.
 #![allow(clippy::needless_range_loop)]
@@ -38,7 +56,8 @@
 use std::ops::Range;
 
 use super::lanes::{Lanes16, Scalar16};
-use super::packed::{code_bytes, is_int8_packable};
+use super::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
+use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, Layout};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use super::{check_out, f16_chunk, prefetch, Disjoint, Isa, MatRef, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::KernelGroup;
@@ -67,11 +86,12 @@ macro_rules! per_index {
 pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     assert_eq!(w.cols, act.cols);
     check_out(&out, token_stride, act.n_tokens, &rows);
-    assert!(is_int8_packable(w.ty) && w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
-    assert_eq!(w.data.len(), w.rows * w.row_bytes());
+    assert!(is_int8_packable(w.ty) && w.cols.is_multiple_of(w.ty.block_size().max(GROUP)) && rows.end <= w.rows);
+    assert_eq!(w.data.len(), w.rows * layout_row_bytes(w.ty, Layout::Chunked, w.cols));
     let (qs, ls) = (act.q_stride(), act.lane_stride());
     assert!(act.q.len() >= act.n_tokens * qs);
     assert!(act.d.len() >= act.n_tokens * ls && act.s.len() >= act.n_tokens * ls && act.qsum.len() >= act.n_tokens * ls);
+    assert!(act.hsum.len() >= act.n_tokens * ls);
     assert!(act.tail_d.len() >= act.n_tokens * CHUNK_GROUPS && act.tail_sum.len() >= act.n_tokens * CHUNK_GROUPS);
     assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
@@ -104,6 +124,50 @@ pub(crate) trait IntLanes: Copy {
     unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self;
     /// Lane `l`: `sum of signed code * x`; `qsum` is the chunk's 16 activation code sums.
     unsafe fn dot_q8(w: &Self::Q8, x: *const i8, qsum: *const i32) -> Self;
+    /// Q5_K codes (`0..32`) of a chunk of `n` (8 or 16) groups at `codes`, unpacked to 8
+    /// words as `Q4`; missing lanes are zero.
+    unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4;
+    /// Lane `l`: `sum of code (0..31) * x`; by default `dot_q4`'s sums, which have room for
+    /// 5-bit codes unless an ISA overrides this.
+    #[inline(always)]
+    unsafe fn dot_q5(w: &Self::Q4, x: *const i8) -> Self {
+        Self::dot_q4(w, x)
+    }
+    /// One chunk of Q6_K codes (`u = q + 32`, unpacked to 8 words as `Q4`) and the lanes'
+    /// two sub-block scales.
+    type Q6: Copy;
+    /// Q6_K codes of a chunk of `n` (8 or 16) groups at `codes`, sub-block scales at `sub`
+    /// (`[n][2]` i8); missing lanes are zero.
+    unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6;
+    /// Lane `l`: `sc_0 (sum_{i<16} u x - 32 hsum) + sc_1 (sum_{i>=16} u x - 32 (qsum - hsum))`.
+    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self;
+    /// Q4_K's `d_w = d * sc` and `m_w = -(dmin * m)` of a chunk of `n` (8 or 16) groups from
+    /// the super-block headers at `h` (16 bytes each); zero past `n`. Every product is exact,
+    /// so the default (plain code) and an ISA's own way give the same bits.
+    #[inline(always)]
+    unsafe fn q4k_scales(h: *const u8, n: usize) -> (Self::F, Self::F) {
+        let (mut dw, mut mw) = ([0f32; 16], [0f32; 16]);
+        for b in 0..n / SUPER_GROUPS {
+            let h = h.add(Q4K_HEADER * b);
+            let (sc, m) = q4k_scales_mins(h);
+            let (d, dmin) = (f16_at(h), f16_at(h.add(2)));
+            for j in 0..SUPER_GROUPS {
+                dw[SUPER_GROUPS * b + j] = d * sc[j] as f32;
+                mw[SUPER_GROUPS * b + j] = -(dmin * m[j] as f32);
+            }
+        }
+        (<Self::F as Lanes16>::load(dw.as_ptr()), <Self::F as Lanes16>::load(mw.as_ptr()))
+    }
+    /// Q6_K's `d_w`: lane `l` the f16 `d` of super-block `l / 8` (at `d + 2 (l / 8)`), for a
+    /// chunk of `n` (8 or 16) groups; zero past `n`.
+    #[inline(always)]
+    unsafe fn q6k_scales(d: *const u8, n: usize) -> Self::F {
+        let mut dw = [0f32; 16];
+        for b in 0..n / SUPER_GROUPS {
+            dw[SUPER_GROUPS * b..SUPER_GROUPS * (b + 1)].fill(f16_at(d.add(2 * b)));
+        }
+        <Self::F as Lanes16>::load(dw.as_ptr())
+    }
     /// `self - 8 * qsum` lane-wise.
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self;
     /// Exact conversion (every value is below 2^24 in magnitude).
@@ -141,9 +205,23 @@ pub(crate) trait Kind {
     const CODE_BYTES: usize;
     /// Q4_1's `m * s` term.
     const OFFSET: bool;
+    /// Whether the codes are 8 words of one byte per value (Q8_0) or 4 of nibbles, which
+    /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
+    const WORD_PAIRS: bool = true;
     type W<D: IntLanes>: Copy;
-    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> Self::W<D>;
-    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32) -> D;
+    /// A chunk's codes at `codes` (`n` groups); `sub`: the chunk's first group's sub-block
+    /// scales (Q6_K; the scales part of the row, 2 bytes per group).
+    unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> Self::W<D>;
+    /// `qsum`, `hsum`: the chunk's 16 activation code sums and first-half sums.
+    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D;
+    /// The chunk's weight scales `d_w` and offsets `m_w` (zero if none) of groups
+    /// `g0..g0 + n` of a row whose scales part starts at `s` (`groups` groups); zero past `n`.
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        let d = f16_chunk::<D::F>(s.add(2 * g0), n);
+        let m = if Self::OFFSET { f16_chunk::<D::F>(s.add(2 * groups + 2 * g0), n) } else { <D::F as Lanes16>::zero() };
+        (d, m)
+    }
     /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
     type T<D: IntLanes>: Copy;
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
@@ -161,12 +239,12 @@ impl Kind for KQ4_0 {
     const BIAS_LOG2: Option<u32> = Some(3);
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
-    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q4 {
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         D::q4(codes, n)
     }
     /// `sum (q - 8) x = sum q x - 8 sum x`.
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
         D::dot_q4(w, x).minus_8_qsum(qsum)
     }
     type T<D: IntLanes> = D::T4;
@@ -187,11 +265,11 @@ impl Kind for KQ4_1 {
     const BIAS_LOG2: Option<u32> = None;
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
-    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q4 {
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         D::q4(codes, n)
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
         D::dot_q4(w, x)
     }
     type T<D: IntLanes> = D::T4;
@@ -212,11 +290,11 @@ impl Kind for KQ8_0 {
     const BIAS_LOG2: Option<u32> = Some(7);
     type W<D: IntLanes> = D::Q8;
     #[inline(always)]
-    unsafe fn prep<D: IntLanes>(codes: *const u8, n: usize) -> D::Q8 {
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q8 {
         D::q8(codes, n)
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
         D::dot_q8(w, x, qsum)
     }
     type T<D: IntLanes> = D::T8;
@@ -230,13 +308,112 @@ impl Kind for KQ8_0 {
     }
 }
 
+/// Q4_K: Q4_1's arithmetic with `d_w = d * sc`, `m_w = -(dmin * m)` from the super-block
+/// headers (`[S][16]` after the codes).
+struct KQ4K;
+impl Kind for KQ4K {
+    const CODE_BYTES: usize = 16;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q4(w, x)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// Q5_K: Q4_K's arithmetic on 5-bit codes (`[G][20]` code bytes, then Q4_K's headers).
+struct KQ5K;
+impl Kind for KQ5K {
+    const CODE_BYTES: usize = 20;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q5(w, x)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// Q6_K: the sub-block scales folded into the integer sum, `d_w = d` of the super-block
+/// (`[G][2]` i8 sub-block scales, then `[S]` f16 `d`, after the codes).
+struct KQ6K;
+impl Kind for KQ6K {
+    const CODE_BYTES: usize = 24;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q6;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
+        D::q6(codes, sub, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+        D::dot_q6(w, x, qsum, hsum)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), n), <D::F as Lanes16>::zero())
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// The f16 at `p` (little-endian), exactly converted.
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    half::f16::from_le_bytes([*p, *p.add(1)]).to_f32()
+}
+
 #[inline(always)]
 unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     match w.ty.kernel() {
         KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
         KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
         KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
-        _ => unreachable!("checked by is_int8_packable"),
+        _ => match w.ty {
+            crate::tensor::GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
+            crate::tensor::GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
+            crate::tensor::GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
+            _ => unreachable!("checked by is_int8_packable"),
+        },
     }
 }
 
@@ -244,7 +421,7 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
 #[inline(always)]
 unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
-    let row_bytes = w.row_bytes();
+    let row_bytes = layout_row_bytes(w.ty, Layout::Chunked, w.cols);
     let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
     for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
         let tokens = t_block..(t_block + TOKEN_BLOCK).min(act.n_tokens);
@@ -281,6 +458,7 @@ pub(crate) struct Acts {
     d: *const f32,
     s: *const f32,
     qsum: *const i32,
+    hsum: *const i32,
     tail_d: *const f32,
     tail_sum: *const i32,
     q_stride: usize,
@@ -297,6 +475,7 @@ impl Acts {
             d: act.d.as_ptr().add(t * ls),
             s: act.s.as_ptr().add(t * ls),
             qsum: act.qsum.as_ptr().add(t * ls),
+            hsum: act.hsum.as_ptr().add(t * ls),
             tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
             tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
             q_stride: qs,
@@ -327,7 +506,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     if n > 0 {
         let g0 = groups - n;
         let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
-        let (mut dw, mw) = chunk_scales::<D::F, K, NR>(&d_ptr, groups, g0, n);
+        let (mut dw, mw) = chunk_scales::<D, K, NR>(&d_ptr, groups, g0, n);
         // Lane 4g + w: the scale of group g (zero past the groups).
         for d in &mut dw {
             *d = D::spread4(*d);
@@ -365,26 +544,26 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
 ) {
     let g0 = c * CHUNK_GROUPS;
     let n = (groups - g0).min(CHUNK_GROUPS);
-    let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
-    let (dw, mw) = chunk_scales::<D::F, K, NR>(d_ptr, groups, g0, n);
+    let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), d_ptr[r].add(2 * g0), n));
+    let (dw, mw) = chunk_scales::<D, K, NR>(d_ptr, groups, g0, n);
     for t in 0..NT {
         let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
         let lane = t * x.lane_stride + g0;
         let dx = <D::F as Lanes16>::load(x.d.add(lane));
         let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
         for r in 0..NR {
-            let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane));
+            let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane), x.hsum.add(lane));
             acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
         }
     }
 }
 
-/// The chunk's weight scales `d_w` and (Q4_1) offsets `m_w` of each row, zero past `n` groups.
+/// The chunk's weight scales `d_w` and (Q4_1, Q4_K) offsets `m_w` of each row, zero past
+/// `n` groups ([`Kind::scales`]).
 #[inline(always)]
-unsafe fn chunk_scales<F: Lanes16, K: Kind, const NR: usize>(d_ptr: &[*const u8; NR], groups: usize, g0: usize, n: usize) -> ([F; NR], [F; NR]) {
-    let dw = per_index!(NR, |r| f16_chunk::<F>(d_ptr[r].add(2 * g0), n));
-    let mw = per_index!(NR, |r| if K::OFFSET { f16_chunk::<F>(d_ptr[r].add(2 * groups + 2 * g0), n) } else { F::zero() });
-    (dw, mw)
+unsafe fn chunk_scales<D: IntLanes, K: Kind, const NR: usize>(d_ptr: &[*const u8; NR], groups: usize, g0: usize, n: usize) -> ([D::F; NR], [D::F; NR]) {
+    let both: [(D::F, D::F); NR] = per_index!(NR, |r| K::scales::<D>(d_ptr[r], groups, g0, n));
+    (both.map(|b| b.0), both.map(|b| b.1))
 }
 
 /// Steps 2 to 4: `acc = fma(d_w d_x, isum, acc)`, then (Q4_1) `acc = fma(m_w, s_x, acc)`.
@@ -417,8 +596,59 @@ unsafe fn lane_dots<C: Copy + Into<i32>, const WORDS: usize>(w: &[[C; 64]; WORDS
     }))
 }
 
+/// Q6_K's two sub-block scales of each of a chunk's `n` groups (`sub`: `[n][2]` i8), zero
+/// past `n`.
+#[inline(always)]
+unsafe fn q6_sub_scales(sub: *const u8, n: usize) -> ([i32; 16], [i32; 16]) {
+    let (mut s0, mut s1) = ([0i32; 16], [0i32; 16]);
+    for l in 0..n {
+        s0[l] = *sub.add(2 * l) as i8 as i32;
+        s1[l] = *sub.add(2 * l + 1) as i8 as i32;
+    }
+    (s0, s1)
+}
+
 impl IntLanes for ScalarI32 {
     type F = Scalar16;
+    #[inline(always)]
+    unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
+        let mut w = [[0u8; 64]; 8];
+        for j in 0..4 {
+            for i in 0..4 * n {
+                let (b, high) = (*codes.add(4 * n * j + i), *codes.add(16 * n + i));
+                w[j][i] = (b & 0x0F) | (((high >> j) & 1) << 4);
+                w[j + 4][i] = (b >> 4) | (((high >> (j + 4)) & 1) << 4);
+            }
+        }
+        w
+    }
+    /// ([word][lane * 4 + byte] of `u`, `sc_0` per lane, `sc_1` per lane)
+    type Q6 = ([[u8; 64]; 8], [i32; 16], [i32; 16]);
+    #[inline(always)]
+    unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+        let mut w = [[0u8; 64]; 8];
+        for j in 0..4 {
+            for i in 0..4 * n {
+                let b = *codes.add(4 * n * j + i);
+                let high = |h: usize| ((*codes.add(4 * n * (4 + h) + i) >> (2 * j)) & 3) << 4;
+                w[j][i] = (b & 0x0F) | high(0);
+                w[j + 4][i] = (b >> 4) | high(1);
+            }
+        }
+        let (s0, s1) = q6_sub_scales(sub, n);
+        (w, s0, s1)
+    }
+    #[inline(always)]
+    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
+        let (u, s0, s1) = w;
+        let lo: &[[u8; 64]; 4] = u[..4].try_into().unwrap();
+        let hi: &[[u8; 64]; 4] = u[4..].try_into().unwrap();
+        let (lo, hi) = (lane_dots(lo, x), lane_dots(hi, x.add(256)));
+        ScalarI32(std::array::from_fn(|l| {
+            let (q, h) = (*qsum.add(l), *hsum.add(l));
+            s0[l] * (lo.0[l] - 32 * h) + s1[l] * (hi.0[l] - 32 * (q - h))
+        }))
+    }
     /// [word][lane * 4 + byte]
     type Q4 = [[u8; 64]; 8];
     /// [word][lane * 4 + byte]
@@ -550,8 +780,103 @@ mod x86 {
         }
     }
 
+    /// 16 f32 lanes: lanes 0..8 lane `a` of `v`, lanes 8..16 lane `b` (a super-block's
+    /// value spread over its 8 groups).
+    #[inline(always)]
+    unsafe fn spread8(v: __m128, a: i32, b: i32) -> __m512 {
+        let idx = _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
+    }
+
+    /// The 16 bytes `a` then `b` as f32 lanes.
+    #[inline(always)]
+    unsafe fn ints(a: [u8; 8], b: [u8; 8]) -> __m512 {
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(u64::from_le_bytes(b) as i64, u64::from_le_bytes(a) as i64)))
+    }
+
+    /// Lanes 8..16 zeroed unless the chunk has 16 groups (two super-blocks).
+    #[inline(always)]
+    unsafe fn first_lanes(v: __m512, n: usize) -> __m512 {
+        if n == 16 {
+            v
+        } else {
+            _mm512_maskz_mov_ps(0x00FF, v)
+        }
+    }
+
     impl IntLanes for Vnni {
         type F = Avx512;
+        /// The trait's arithmetic in vectors: the 6-bit integers unpacked on 32-bit words, the
+        /// f16 scales by `vcvtph2ps`, the (exact) products, the sign flipped.
+        #[inline(always)]
+        unsafe fn q4k_scales(h: *const u8, n: usize) -> (Avx512, Avx512) {
+            let word = |p: *const u8| std::ptr::read_unaligned(p.cast::<u32>());
+            let (sc0, m0) = q4k_scales_mins(h);
+            let ((sc1, m1), dd1) = if n == 16 { (q4k_scales_mins(h.add(Q4K_HEADER)), word(h.add(Q4K_HEADER))) } else { (([0; 8], [0; 8]), 0) };
+            // [d_0, dmin_0, d_1, dmin_1]
+            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h) as i32));
+            let dw = _mm512_mul_ps(spread8(f, 0, 2), ints(sc0, sc1));
+            let dm = _mm512_mul_ps(spread8(f, 1, 3), ints(m0, m1));
+            let mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), _mm512_set1_epi32(i32::MIN)));
+            (Avx512(first_lanes(dw, n)), Avx512(first_lanes(mw, n)))
+        }
+        #[inline(always)]
+        unsafe fn q6k_scales(d: *const u8, n: usize) -> Avx512 {
+            let bits = if n == 16 { std::ptr::read_unaligned(d.cast::<u32>()) } else { std::ptr::read_unaligned(d.cast::<u16>()) as u32 };
+            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, 0, bits as i32));
+            Avx512(first_lanes(spread8(f, 0, 1), n))
+        }
+        #[inline(always)]
+        unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
+            let (m4, one) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
+            let high = word512(codes, 4, n);
+            let mut w = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = word512(codes, j, n);
+                // Bit 4 of each byte: bit k moved down to bit 0, masked, moved up by 4.
+                let hb: [__m512i; 2] = per_index!(2, |h| _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * h) as i32)), one), 4));
+                w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
+                w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
+            }
+            w
+        }
+        /// (`u` per word, `sc_0`, `sc_1`)
+        type Q6 = ([__m512i; 8], __m512i, __m512i);
+        #[inline(always)]
+        unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+            let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
+            let high = [word512(codes, 4, n), word512(codes, 5, n)];
+            let mut w = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = word512(codes, j, n);
+                let shift = _mm_cvtsi32_si128(2 * j as i32);
+                // Bits 4 and 5: the 2-bit field moved down to bits 0..2, masked, moved up by 4
+                // (within each byte: nothing crosses into the next one).
+                let hb: [__m512i; 2] = per_index!(2, |h| _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high[h], shift), m2), 4));
+                w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
+                w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
+            }
+            // Lane l: the i16 `sc_1 * 256 + (sc_0 as u8)`, sign-extended.
+            let pairs = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast()));
+            let sc0 = _mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24);
+            let sc1 = _mm512_srai_epi32(pairs, 8);
+            (w, sc0, sc1)
+        }
+        /// Each half: 4 `vpdpbusd` of `u <= 63` and `|x| <= 127`, at most
+        /// `16 * 63 * 127 = 128016`; then exact (bounds in the module docs).
+        #[inline(always)]
+        unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
+            let (u, sc0, sc1) = w;
+            let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for k in 0..4 {
+                a = _mm512_dpbusd_epi32(a, u[k], _mm512_loadu_si512(x.add(64 * k).cast()));
+                b = _mm512_dpbusd_epi32(b, u[k + 4], _mm512_loadu_si512(x.add(64 * k + 256).cast()));
+            }
+            let (q, h) = (_mm512_loadu_si512(qsum.cast()), _mm512_loadu_si512(hsum.cast()));
+            let a = _mm512_sub_epi32(a, _mm512_slli_epi32(h, 5));
+            let b = _mm512_sub_epi32(b, _mm512_slli_epi32(_mm512_sub_epi32(q, h), 5));
+            Vnni(_mm512_add_epi32(_mm512_mullo_epi32(*sc0, a), _mm512_mullo_epi32(*sc1, b)))
+        }
         type Q4 = [__m512i; 8];
         /// Codes biased to unsigned: `q ^ 0x80 = q + 128`.
         type Q8 = [__m512i; 8];
@@ -645,7 +970,7 @@ mod x86 {
             x: &Acts,
             acc: &mut [[Avx512; NT]; NR],
         ) {
-            if NT == 1 {
+            if NT == 1 || !K::WORD_PAIRS {
                 return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
             }
             let g0 = c * CHUNK_GROUPS;
@@ -662,7 +987,7 @@ mod x86 {
                     }
                 }
             }
-            let (dw, mw) = chunk_scales::<Avx512, K, NR>(d_ptr, groups, g0, n);
+            let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
             for t in 0..NT {
                 let lane = t * x.lane_stride + g0;
                 let dx = Avx512::load(x.d.add(lane));
@@ -707,6 +1032,83 @@ mod x86 {
 
     impl IntLanes for Avx2I32 {
         type F = Avx2x2;
+        #[inline(always)]
+        unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
+            let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for h in 0..2 {
+                let high = word256(codes, 4, n, h);
+                for j in 0..4 {
+                    let v = word256(codes, j, n, h);
+                    let hb: [__m256i; 2] = per_index!(2, |k| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * k) as i32)), one), 4));
+                    w[j][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb[0]);
+                    w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
+                }
+            }
+            w
+        }
+        /// `maddubs` of codes `0..31` and `|x| <= 127`: pair sums at most `2 * 31 * 127 = 7874`,
+        /// four words added in i16 (`31496 < 32767`), then widened.
+        #[inline(always)]
+        unsafe fn dot_q5(w: &Self::Q4, x: *const i8) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                for k0 in [0, 4] {
+                    let mut s = _mm256_setzero_si256();
+                    for k in k0..k0 + 4 {
+                        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], _mm256_loadu_si256(x.add(64 * k + 32 * h).cast())));
+                    }
+                    *o = _mm256_add_epi32(*o, _mm256_madd_epi16(s, ones));
+                }
+            }
+            Avx2I32(out[0], out[1])
+        }
+        /// ([word][half] of `u`, `sc_0` per half, `sc_1` per half)
+        type Q6 = ([[__m256i; 2]; 8], [__m256i; 2], [__m256i; 2]);
+        #[inline(always)]
+        unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+            let (m4, m2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for h in 0..2 {
+                let high = [word256(codes, 4, n, h), word256(codes, 5, n, h)];
+                for j in 0..4 {
+                    let v = word256(codes, j, n, h);
+                    let shift = _mm_cvtsi32_si128(2 * j as i32);
+                    // As the AVX-512 `q6`: bits 4 and 5 per byte.
+                    let hb: [__m256i; 2] = per_index!(2, |k| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high[k], shift), m2), 4));
+                    w[j][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb[0]);
+                    w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
+                }
+            }
+            let (s0, s1) = q6_sub_scales(sub, n);
+            let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
+            (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
+        }
+        /// `maddubs` of `u <= 63` and `|x| <= 127`: pair sums at most `2 * 63 * 127 = 16002`,
+        /// two words added in i16 (`32004 < 32767`), then widened.
+        #[inline(always)]
+        unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
+            let ones = _mm256_set1_epi16(1);
+            let (u, sc0, sc1) = w;
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                // [first half of the values, second half]: words 0..4 and 4..8.
+                let mut halves = [_mm256_setzero_si256(); 2];
+                for k in (0..8).step_by(2) {
+                    let x0 = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    let x1 = _mm256_loadu_si256(x.add(64 * k + 64 + 32 * h).cast());
+                    let s = _mm256_add_epi16(_mm256_maddubs_epi16(u[k][h], x0), _mm256_maddubs_epi16(u[k + 1][h], x1));
+                    halves[k / 4] = _mm256_add_epi32(halves[k / 4], _mm256_madd_epi16(s, ones));
+                }
+                let q = _mm256_loadu_si256(qsum.add(8 * h).cast());
+                let hs = _mm256_loadu_si256(hsum.add(8 * h).cast());
+                let a = _mm256_sub_epi32(halves[0], _mm256_slli_epi32(hs, 5));
+                let b = _mm256_sub_epi32(halves[1], _mm256_slli_epi32(_mm256_sub_epi32(q, hs), 5));
+                *o = _mm256_add_epi32(_mm256_mullo_epi32(sc0[h], a), _mm256_mullo_epi32(sc1[h], b));
+            }
+            Avx2I32(out[0], out[1])
+        }
         /// [word][half]
         type Q4 = [[__m256i; 2]; 8];
         /// ([word][half] of |q|, [word][half] of q): the sign trick.

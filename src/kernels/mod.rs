@@ -8,6 +8,7 @@
 pub mod elementwise;
 mod groups;
 pub mod int8;
+pub mod kquant;
 mod lanes;
 pub mod packed;
 pub mod quantize_act;
@@ -145,7 +146,8 @@ pub struct MatRef<'a> {
 }
 
 impl MatRef<'_> {
-    /// Bytes of one row in the kernels' layout ([`packed::packed_row_bytes`]).
+    /// Bytes of one row in the float32 kernels' layout ([`packed::packed_row_bytes`]; the
+    /// int8 kernels' rows are [`packed::layout_row_bytes`] with [`packed::Layout::Chunked`]).
     pub fn row_bytes(&self) -> usize {
         packed::packed_row_bytes(self.ty, self.cols)
     }

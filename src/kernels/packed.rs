@@ -37,6 +37,10 @@
 //! the grouped order (lane `4g + w` of one vector = code bytes `16g + 4w ..`), Q8_0 codes
 //! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
 //! Scales and offsets are unchanged.
+//!
+//! The K-quant types with int8 kernels ([`is_kquant_int8`]: Q4_K, Q5_K, Q6_K) have a chunked
+//! layout of their own, packed straight from ggml's blocks and exactly as large
+//! ([`super::kquant`]); their grouped layout (float32) is the decoded one above.
 
 use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, Codes, GgmlType, Group, GroupFormat, KernelGroup, QK};
 
@@ -45,9 +49,41 @@ pub fn is_packed(ty: GgmlType) -> bool {
     !matches!(ty.kernel(), KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16)
 }
 
-/// Whether the int8 kernels can read matrices of this type (packed ggml blocks of 32).
+/// Whether the int8 kernels can read matrices of this type (packed ggml blocks of 32, or a
+/// K-quant type of [`is_kquant_int8`]).
 pub fn is_int8_packable(ty: GgmlType) -> bool {
-    matches!(ty.kernel(), KernelGroup::Q8_0 | KernelGroup::Q4_0 | KernelGroup::Q4_1)
+    matches!(ty.kernel(), KernelGroup::Q8_0 | KernelGroup::Q4_0 | KernelGroup::Q4_1) || is_kquant_int8(ty)
+}
+
+/// The K-quant types with int8 kernels, packed for them straight from ggml's blocks into the
+/// layout of [`super::kquant`] (as many bytes as ggml's), not through decoded groups.
+pub fn is_kquant_int8(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
+}
+
+/// Bytes of one row of `cols` values packed in `layout`: [`packed_row_bytes`], except for the
+/// K-quant int8 layout, which takes exactly ggml's bytes.
+pub fn layout_row_bytes(ty: GgmlType, layout: Layout, cols: usize) -> usize {
+    if layout == Layout::Chunked && is_kquant_int8(ty) {
+        ty.row_bytes(cols)
+    } else {
+        packed_row_bytes(ty, cols)
+    }
+}
+
+/// Whole ggml rows (`ggml.len()` a multiple of the row size) packed in `layout` into `out`
+/// (exactly the packed size of those rows, [`layout_row_bytes`]): [`pack_rows_into`], then
+/// [`chunk_rows`] for the chunked layout; the K-quant types of [`is_kquant_int8`] go to their
+/// chunked layout directly.
+pub fn pack_rows_in(ty: GgmlType, layout: Layout, cols: usize, ggml: &[u8], out: &mut [u8]) {
+    match layout {
+        Layout::Chunked if is_kquant_int8(ty) => super::kquant::pack_rows(ty, cols, ggml, out),
+        Layout::Chunked => {
+            pack_rows_into(ty, cols, ggml, out);
+            chunk_rows(ty, cols, out);
+        }
+        Layout::Grouped => pack_rows_into(ty, cols, ggml, out),
+    }
 }
 
 /// The decoded-group format of the type, if the kernels read it as groups.
@@ -230,8 +266,12 @@ pub fn chunked_code_offset(code_bytes: usize, groups: usize, g: usize, byte: usi
     }
 }
 
-/// Bytes of codes per group of a packed type.
+/// Bytes of codes per group of a packed type (in the chunked layout for the K-quant int8
+/// types).
 pub fn code_bytes(ty: GgmlType) -> usize {
+    if is_kquant_int8(ty) {
+        return super::kquant::code_bytes(ty);
+    }
     match ty.kernel() {
         KernelGroup::Q8_0 => QK,
         KernelGroup::Q4_0 | KernelGroup::Q4_1 => QK / 2,
@@ -243,7 +283,7 @@ pub fn code_bytes(ty: GgmlType) -> usize {
 /// Reorders the codes of whole packed rows (grouped layout) into the chunked layout, in place.
 pub fn chunk_rows(ty: GgmlType, cols: usize, packed: &mut [u8]) {
     let row_bytes = packed_row_bytes(ty, cols);
-    assert!(is_int8_packable(ty) && packed.len().is_multiple_of(row_bytes));
+    assert!(is_int8_packable(ty) && !is_kquant_int8(ty) && packed.len().is_multiple_of(row_bytes));
     let (groups, cb) = (cols / QK, code_bytes(ty));
     let mut grouped = vec![0u8; groups * cb];
     for row in packed.chunks_exact_mut(row_bytes) {
@@ -266,8 +306,15 @@ pub fn dequantize_packed_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
 
 /// [`dequantize_packed_row`] for a row in either layout.
 pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &mut [f32]) {
-    assert!(is_packed(ty) && row.len() == packed_row_bytes(ty, out.len()));
+    assert!(is_packed(ty) && row.len() == layout_row_bytes(ty, layout, out.len()));
     let groups = out.len() / QK;
+    if layout == Layout::Chunked && is_kquant_int8(ty) {
+        for (g, o) in out.chunks_exact_mut(QK).enumerate() {
+            let format = group_format(ty).expect("K-quant types are group types");
+            super::kquant::group(ty, row, groups, g).values(format.offset, o);
+        }
+        return;
+    }
     if let Some(format) = group_format(ty) {
         assert_eq!(layout, Layout::Grouped, "group types have no chunked layout");
         for (g, o) in out.chunks_exact_mut(QK).enumerate() {
@@ -340,9 +387,10 @@ mod tests {
             let packed = pack_rows(ty, cols, &ggml);
             let (rb, pb) = (ty.row_bytes(cols), packed_row_bytes(ty, cols));
             assert_eq!(packed.len(), rows * pb);
-            let mut chunked = packed.clone();
+            let cb = layout_row_bytes(ty, Layout::Chunked, cols);
+            let mut chunked = vec![0u8; rows * cb];
             if is_int8_packable(ty) {
-                chunk_rows(ty, cols, &mut chunked);
+                pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut chunked);
             }
             for r in 0..rows {
                 let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
@@ -352,7 +400,7 @@ mod tests {
                     panic!("{} row {r} value {i}: {} vs {}", ty.name(), a[i], b[i]);
                 }
                 if is_int8_packable(ty) {
-                    dequantize_packed_row_in(ty, Layout::Chunked, &chunked[r * pb..(r + 1) * pb], &mut b);
+                    dequantize_packed_row_in(ty, Layout::Chunked, &chunked[r * cb..(r + 1) * cb], &mut b);
                     assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
                 }
             }

@@ -10,7 +10,8 @@
 //!   Rust's `f32::round`). The clamp only acts when `d` is subnormal; normally
 //!   `|x_i / d| <= 127.00002` already (the code clamps the quotient to `[-128, 128]` before
 //!   rounding, which gives the same result);
-//! - `qsum = sum_i q_i` (exact in i32);
+//! - `qsum = sum_i q_i` (exact in i32), and `hsum` the same over the group's first 16
+//!   values (Q6_K's sub-blocks of 16 need both halves' sums);
 //! - `s = d * qsum` as f32 (one rounding): the group sum of the *dequantized* activations
 //!   `d * q_i`, used for Q4_1's offset term.
 //!
@@ -90,6 +91,9 @@ pub struct QuantizedRows {
     pub s: Vec<f32>,
     /// [n_tokens][chunks(cols) * 16] `qsum` of each group (zero-padded)
     pub qsum: Vec<i32>,
+    /// [n_tokens][chunks(cols) * 16] `hsum`: sum of the first 16 codes of each group
+    /// (zero-padded)
+    pub hsum: Vec<i32>,
     /// [n_tokens][16] narrow chunk: `d` of lane `L`'s group (zero past the groups)
     pub tail_d: Vec<f32>,
     /// [n_tokens][16] narrow chunk: sum of lane `L`'s 8 codes (zero past the groups)
@@ -127,6 +131,7 @@ impl QuantizedRows {
         grow(&mut self.d, n_tokens * ls, 0.0);
         grow(&mut self.s, n_tokens * ls, 0.0);
         grow(&mut self.qsum, n_tokens * ls, 0);
+        grow(&mut self.hsum, n_tokens * ls, 0);
         grow(&mut self.tail_d, n_tokens * CHUNK_GROUPS, 0.0);
         grow(&mut self.tail_sum, n_tokens * CHUNK_GROUPS, 0);
         RowWriter {
@@ -134,6 +139,7 @@ impl QuantizedRows {
             d: Disjoint::new(&mut self.d),
             s: Disjoint::new(&mut self.s),
             qsum: Disjoint::new(&mut self.qsum),
+            hsum: Disjoint::new(&mut self.hsum),
             tail_d: Disjoint::new(&mut self.tail_d),
             tail_sum: Disjoint::new(&mut self.tail_sum),
             cols,
@@ -149,6 +155,7 @@ pub struct RowWriter<'a> {
     d: Disjoint<'a, f32>,
     s: Disjoint<'a, f32>,
     qsum: Disjoint<'a, i32>,
+    hsum: Disjoint<'a, i32>,
     tail_d: Disjoint<'a, f32>,
     tail_sum: Disjoint<'a, i32>,
     cols: usize,
@@ -197,8 +204,9 @@ impl RowWriter<'_> {
             // SAFETY: row t's parts, which the caller gives this thread alone.
             let q = self.q.slice(t * qs..(t + 1) * qs);
             let (d, s, qsum) = (self.d.slice(t * ls..(t + 1) * ls), self.s.slice(t * ls..(t + 1) * ls), self.qsum.slice(t * ls..(t + 1) * ls));
+            let hsum = self.hsum.slice(t * ls..(t + 1) * ls);
             let (tail_d, tail_sum) = (self.tail_d.slice(t * cg..(t + 1) * cg), self.tail_sum.slice(t * cg..(t + 1) * cg));
-            quantize_row::<AVX512>(row, q, d, s, qsum, tail_d, tail_sum);
+            quantize_row::<AVX512>(row, q, d, s, [qsum, hsum], tail_d, tail_sum);
         }
     }
 }
@@ -207,7 +215,8 @@ impl RowWriter<'_> {
 /// groups by [`x86::quantize_group`] if `AVX512` (inlined into an AVX-512 caller), else by
 /// [`quantize_group`].
 #[inline(always)]
-fn quantize_row<const AVX512: bool>(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], qsum: &mut [i32], tail_d: &mut [f32], tail_sum: &mut [i32]) {
+fn quantize_row<const AVX512: bool>(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], sums: [&mut [i32]; 2], tail_d: &mut [f32], tail_sum: &mut [i32]) {
+    let [qsum, hsum] = sums;
     let cols = row.len();
     // Padding of the last chunk.
     let wide = wide_chunks(cols);
@@ -215,6 +224,7 @@ fn quantize_row<const AVX512: bool>(row: &[f32], q: &mut [i8], d: &mut [f32], s:
     d[cols / GROUP..].fill(0.0);
     s[cols / GROUP..].fill(0.0);
     qsum[cols / GROUP..].fill(0);
+    hsum[cols / GROUP..].fill(0);
     tail_d.fill(0.0);
     tail_sum.fill(0);
     for (g, values) in row.chunks_exact(GROUP).enumerate() {
@@ -245,6 +255,7 @@ fn quantize_row<const AVX512: bool>(row: &[f32], q: &mut [i8], d: &mut [f32], s:
         let sum: i32 = codes.iter().map(|&c| c as i32).sum();
         d[g] = dg;
         qsum[g] = sum;
+        hsum[g] = codes[..16].iter().map(|&c| c as i32).sum();
         s[g] = dg * sum as f32;
     }
 }

@@ -10,7 +10,7 @@ use super::config::ModelConfig;
 use super::huge_pages::HugePageBytes;
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::packed::{chunk_rows, dequantize_packed_row_in, is_int8_packable, is_packed, pack_rows_into, packed_row_bytes, Layout};
+use crate::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_packed, layout_row_bytes, pack_rows_in, Layout};
 use crate::kernels::{MatRef, Precision, GROUP};
 use crate::tensor::{dequantize_row, GgmlType};
 
@@ -94,14 +94,11 @@ impl LlamaWeights {
 
     /// The weights, quantized matrices packed for `precision`'s kernels.
     pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<LlamaWeights> {
-        let loader = Loader {
-            file,
-            packed: RefCell::new((HugePageBytes::zeroed(packed_bytes(file))?, 0)),
-            layout: match precision {
-                Precision::Float32 => Layout::Grouped,
-                Precision::Int8 => Layout::Chunked,
-            },
+        let layout = match precision {
+            Precision::Float32 => Layout::Grouped,
+            Precision::Int8 => Layout::Chunked,
         };
+        let loader = Loader { file, packed: RefCell::new((HugePageBytes::zeroed(packed_bytes(file, layout))?, 0)), layout };
         let (d, dq, dkv, ff, vocab) = (cfg.d_model, cfg.d_q(), cfg.d_kv(), cfg.ffn_dim, cfg.vocab_size);
         let traits = &cfg.traits;
         let layers = (0..cfg.n_layers)
@@ -191,10 +188,12 @@ impl LlamaWeights {
     /// ggml's dequantization.
     pub fn dequantize_matrix_row(&self, m: &Matrix, r: usize, out: &mut [f32]) {
         let mat = self.mat(m);
-        let row = &mat.data[r * mat.row_bytes()..(r + 1) * mat.row_bytes()];
         match m.storage {
-            Storage::Mapped { .. } => dequantize_row(m.ty, row, out),
-            Storage::Packed { layout, .. } => dequantize_packed_row_in(m.ty, layout, row, out),
+            Storage::Mapped { .. } => dequantize_row(m.ty, &mat.data[r * mat.row_bytes()..(r + 1) * mat.row_bytes()], out),
+            Storage::Packed { layout, .. } => {
+                let rb = layout_row_bytes(m.ty, layout, m.cols);
+                dequantize_packed_row_in(m.ty, layout, &mat.data[r * rb..(r + 1) * rb], out)
+            }
         }
     }
 }
@@ -261,19 +260,17 @@ impl Loader<'_> {
         let (ty, row_bytes) = (info.ggml_type, info.ggml_type.row_bytes(cols));
         let block_rows = (BLOCK_BYTES / row_bytes).max(1);
         let src = &self.file.tensor_bytes(info)[bytes.clone()];
-        let n_bytes = src.len() / row_bytes * packed_row_bytes(ty, cols);
+        let packed_row = layout_row_bytes(ty, layout, cols);
+        let n_bytes = src.len() / row_bytes * packed_row;
         let (ref mut memory, ref mut used) = *self.packed.borrow_mut();
         let offset = *used;
         let packed = memory.get_mut(offset..offset + n_bytes).ok_or_else(|| {
             Error::Internal(format!("tensor '{}' does not fit the packed weights sized from the tensor list", info.name))
         })?;
         *used += n_bytes;
-        let dst_blocks = packed.chunks_mut(block_rows * packed_row_bytes(ty, cols));
+        let dst_blocks = packed.chunks_mut(block_rows * packed_row);
         for (i, (src, dst)) in src.chunks(block_rows * row_bytes).zip(dst_blocks).enumerate() {
-            pack_rows_into(ty, cols, src, dst);
-            if layout == Layout::Chunked {
-                chunk_rows(ty, cols, dst);
-            }
+            pack_rows_in(ty, layout, cols, src, dst);
             self.file.release_bytes(info.offset + bytes.start + i * block_rows * row_bytes, src.len());
         }
         Ok((offset, n_bytes))
@@ -289,15 +286,17 @@ impl Loader<'_> {
     }
 }
 
-/// Bytes of every quantized tensor of the file packed: room for all the packed matrices a
-/// model loads (one pass over the tensor list; untouched room costs no memory).
-fn packed_bytes(file: &GgufFile) -> usize {
+/// Bytes of every quantized tensor of the file packed in `layout` (the int8-packable types;
+/// the others grouped): room for all the packed matrices a model loads (one pass over the
+/// tensor list; untouched room costs no memory).
+fn packed_bytes(file: &GgufFile, layout: Layout) -> usize {
     let packed = file.tensors().iter().filter(|t| is_packed(t.ggml_type) && !t.dims.is_empty());
     packed
         .map(|t| {
             let cols = t.dims[0] as usize;
             let rows: usize = t.dims[1..].iter().map(|&d| d as usize).product();
-            rows * packed_row_bytes(t.ggml_type, cols)
+            let layout = if is_int8_packable(t.ggml_type) { layout } else { Layout::Grouped };
+            rows * layout_row_bytes(t.ggml_type, layout, cols)
         })
         .sum()
 }

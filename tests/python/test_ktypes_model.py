@@ -1,8 +1,8 @@
 """A tiny Llama whose matrices use every new tensor type (Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
 Q6_K; random blocks): its logits match a float64 forward over the weights the `gguf` package
 dequantizes, and every reproducibility guarantee holds for it (threads, prefill chunking,
-ISAs, save/load). precision="int8" runs Q5_0 (held as Q8_0) on the int8 kernels and the
-other new types on the float32 ones (documented fallback)."""
+ISAs, save/load). precision="int8" runs Q5_0 (held as Q8_0), Q4_K, Q5_K and Q6_K on the int8
+kernels and the other new types on the float32 ones (documented fallback)."""
 
 from __future__ import annotations
 
@@ -93,10 +93,11 @@ def test_int8_precision(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) 
     kl = (np.exp(logp) * (logp - logq)).sum(axis=1)
     assert kl.mean() <= 5e-3, kl
     # The other new types have no int8 kernels: they run the float32 ones in either precision,
-    # so without Q5_0 matrices int8 gives the float32 bits.
-    path = tmp_path / "no-q5_0.gguf"
+    # so with the int8 types replaced by them int8 gives the float32 bits.
+    no_int8 = {Q.Q5_0: Q.Q5_1, Q.Q4_K: Q.Q3_K, Q.Q5_K: Q.Q2_K, Q.Q6_K: Q.Q3_K}
+    path = tmp_path / "no-int8-types.gguf"
     write_tiny_llama(path, reprolm.default_model_path(), d=256, ffn=512, seed=3,
-                     types=lambda name: Q.Q5_1 if matrix_type(name) == Q.Q5_0 else matrix_type(name))
+                     types=lambda name: no_int8.get(matrix_type(name), matrix_type(name)))
     float32 = reprolm.Model.load(path, threads=2).logits(PROMPT)
     assert np.array_equal(reprolm.Model.load(path, threads=2, precision="int8").logits(PROMPT), float32)
 

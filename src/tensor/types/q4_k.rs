@@ -15,7 +15,7 @@ pub struct Q4K;
 /// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (0..8) from the 12
 /// packed bytes (j < 4: low 6 bits of bytes j and j + 4; j >= 4: nibbles of byte j + 4 and
 /// the top 2 bits of bytes j - 4 and j).
-pub(super) fn scale_min(q: &[u8], j: usize) -> (u8, u8) {
+pub fn scale_min(q: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -1,0 +1,283 @@
+//! The int8 kernels of the K-quant types (Q4_K, Q5_K, Q6_K; layout in `kernels::kquant`, order of
+//! operations in `kernels::int8`): every ISA against the scalar twin bit for bit, and the
+//! scalar twin against a float64 evaluation of the definition, step by step with f32
+//! rounding where the definition rounds, equal bit for bit. The weights are decoded here from
+//! ggml's block definitions, independently of the crate's decoders. On random blocks and on
+//! the real Q4_K/Q6_K tensors of the Gemma 3 270M file (which has no Q5_K).
+
+use crate::common::{cached_model, Rng};
+
+use reprolm::gguf::GgufFile;
+use reprolm::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_kquant_int8, layout_row_bytes, pack_rows_in, Layout};
+use reprolm::kernels::quantize_act::{code_offset, QuantizedRows};
+use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef};
+use reprolm::tensor::{dequantize_row, GgmlType};
+
+const TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+/// 1, 2, 3, 5, 8 and 17 super-blocks: last chunks of 8 groups (padded) and of 16.
+const SHAPES: [(usize, usize); 6] = [(1, 256), (7, 512), (33, 768), (3, 1280), (24, 2048), (5, 4352)];
+const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
+
+fn int8_isas() -> Vec<Isa> {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.int8_available()).collect()
+}
+
+/// A row of ggml blocks decoded by ggml's definitions, per group of 32 values: integer codes
+/// (Q4_K `0..16`, Q5_K `0..32`, Q6_K `-32..32`), the two integer scales of its halves (Q4_K,
+/// Q5_K: one scale twice), the integer min (Q4_K, Q5_K), and the super-block's f16 `d` and
+/// `dmin`.
+struct Decoded {
+    q: Vec<i64>,
+    sc: Vec<[i64; 2]>,
+    m: Vec<i64>,
+    d: Vec<f64>,
+    dmin: Vec<f64>,
+}
+
+fn f16(b: &[u8]) -> f64 {
+    half::f16::from_le_bytes([b[0], b[1]]).to_f64()
+}
+
+/// ggml's `get_scale_min_k4`.
+fn scale_min_k4(j: usize, q: &[u8]) -> (i64, i64) {
+    if j < 4 {
+        ((q[j] & 63) as i64, (q[j + 4] & 63) as i64)
+    } else {
+        (((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4)) as i64, ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as i64)
+    }
+}
+
+fn decode(ty: GgmlType, row: &[u8]) -> Decoded {
+    let mut out = Decoded { q: vec![], sc: vec![], m: vec![], d: vec![], dmin: vec![] };
+    for b in row.chunks_exact(ty.block_bytes()) {
+        match ty {
+            // {d, dmin, scales[12], qs[128]}: sub-block j's value l is nibble j % 2 of
+            // qs[32 (j / 2) + l]; w = d sc q - dmin m.
+            GgmlType::Q4_K => {
+                for j in 0..8 {
+                    let (sc, m) = scale_min_k4(j, &b[4..16]);
+                    out.q.extend((0..32).map(|l| ((b[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F) as i64));
+                    out.sc.push([sc, sc]);
+                    out.m.push(m);
+                    out.d.push(f16(&b[0..2]));
+                    out.dmin.push(f16(&b[2..4]));
+                }
+            }
+            // {ql[128], qh[64], scales[16], d}: ggml's `dequantize_row_q6_K` loop: half n of
+            // 128 values, quarter k of 32, value l: low nibble of ql[64n + l] (k = 0),
+            // ql[64n + 32 + l] (k = 1), their high nibbles (k = 2, 3); bits 2k.. of
+            // qh[32n + l]; scale of 16 values scales[v / 16].
+            // {d, dmin, scales[12], qh[32], qs[128]}: Q4_K's nibbles and scales, plus bit j of
+            // qh[l] as bit 4 of value l of sub-block j.
+            GgmlType::Q5_K => {
+                for j in 0..8 {
+                    let (sc, m) = scale_min_k4(j, &b[4..16]);
+                    out.q.extend((0..32).map(|l| {
+                        let low = (b[48 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
+                        (low | (((b[16 + l] >> j) & 1) << 4)) as i64
+                    }));
+                    out.sc.push([sc, sc]);
+                    out.m.push(m);
+                    out.d.push(f16(&b[0..2]));
+                    out.dmin.push(f16(&b[2..4]));
+                }
+            }
+            GgmlType::Q6_K => {
+                for v in 0..256 {
+                    let (n, k, l) = (v / 128, (v % 128) / 32, v % 32);
+                    let ql = b[64 * n + 32 * (k % 2) + l] >> (4 * (k / 2)) & 0x0F;
+                    let qh = (b[128 + 32 * n + l] >> (2 * k)) & 3;
+                    out.q.push((ql | (qh << 4)) as i64 - 32);
+                }
+                for g in 0..8 {
+                    out.sc.push([b[192 + 2 * g] as i8 as i64, b[192 + 2 * g + 1] as i8 as i64]);
+                    out.m.push(0);
+                    out.d.push(f16(&b[208..210]));
+                    out.dmin.push(0.0);
+                }
+            }
+            _ => unreachable!(),
+        }
+    }
+    out
+}
+
+/// `fma(a, b, c)` rounded once to f32, from float64: `a b` is exact in f64; the sum `s` and
+/// its error `e` (TwoSum) are exact, and rounding `s` to f32 is right unless `s` is exactly
+/// halfway between two f32 values and `e` breaks the tie.
+fn fma32(a: f32, b: f32, c: f32) -> f32 {
+    let p = a as f64 * b as f64;
+    let s = p + c as f64;
+    let bb = s - p;
+    let e = (p - (s - bb)) + (c as f64 - bb);
+    let r = s as f32;
+    if e == 0.0 || r as f64 == s {
+        return r;
+    }
+    let other = if s > r as f64 { r.next_up() } else { r.next_down() };
+    if (r as f64 + other as f64) / 2.0 == s {
+        // A tie in f64 that the exact value does not have: round toward it.
+        return if (e > 0.0) == (other as f64 > r as f64) { other } else { r };
+    }
+    r
+}
+
+/// One output by the definition (module docs of `kernels::int8`), in float64 with f32
+/// rounding at each step the definition rounds.
+fn definition(ty: GgmlType, w: &Decoded, act: &QuantizedRows, t: usize, cols: usize) -> f32 {
+    let groups = cols / 32;
+    let (qs, ls) = (act.q_stride(), act.lane_stride());
+    let xq = |i: usize| act.q[t * qs + code_offset(cols, i)] as i64;
+    let mut acc = [0f32; 16];
+    for g in 0..groups.div_ceil(16) * 16 {
+        let l = g % 16;
+        let lane = t * ls + g;
+        if g >= groups {
+            // Padding lanes: zero scale times zero sum.
+            acc[l] = fma32(0.0 * act.d[lane], 0.0, acc[l]);
+            continue;
+        }
+        let half = |h: usize| (16 * h..16 * h + 16).map(|i| w.q[32 * g + i] * xq(32 * g + i)).sum::<i64>();
+        let (isum, dw) = match ty {
+            GgmlType::Q4_K | GgmlType::Q5_K => (half(0) + half(1), w.d[g] * w.sc[g][0] as f64),
+            _ => (w.sc[g][0] * half(0) + w.sc[g][1] * half(1), w.d[g]),
+        };
+        assert!(isum.abs() < 1 << 24 && (dw as f32) as f64 == dw, "exact by the bounds in the docs");
+        let dd = (dw * act.d[lane] as f64) as f32;
+        acc[l] = fma32(dd, isum as f32, acc[l]);
+        if ty != GgmlType::Q6_K {
+            let mw = -(w.dmin[g] * w.m[g] as f64);
+            assert_eq!((mw as f32) as f64, mw);
+            acc[l] = fma32(mw as f32, act.s[lane], acc[l]);
+        }
+    }
+    for h in [8, 4, 2, 1] {
+        for l in 0..h {
+            acc[l] = (acc[l] as f64 + acc[l + h] as f64) as f32;
+        }
+    }
+    acc[0]
+}
+
+/// Random ggml rows with finite f16 scales of either sign and random codes and sub-scales.
+fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..rows * ty.row_bytes(cols)).map(|_| rng.byte()).collect();
+    for b in bytes.chunks_exact_mut(ty.block_bytes()) {
+        for &at in ty.spec().f16_fields {
+            // Exponent fields 0, 4, 8 or 12 (subnormals up to 2^-2 in magnitude).
+            b[at + 1] &= 0b1011_0011;
+        }
+    }
+    bytes
+}
+
+/// Activations with groups of very different magnitudes, and an all-zero group.
+fn random_acts(rng: &mut Rng, n_tokens: usize, cols: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..n_tokens * cols).map(|_| rng.unit()).collect();
+    for (i, g) in x.chunks_exact_mut(32).enumerate() {
+        let scale = [1.0, 30.0, 1e-3, 0.0, 4.0, 0.25, 7.0][i % 7];
+        g.iter_mut().for_each(|v| *v *= scale);
+    }
+    x
+}
+
+fn run(isa: Isa, m: &MatRef, act: &QuantizedRows) -> Vec<u32> {
+    let mut out = vec![0f32; act.n_tokens * m.rows];
+    // Two uneven row ranges, as two threads would split them.
+    let cut = m.rows / 3;
+    for rows in [0..cut, cut..m.rows] {
+        unsafe { matmul_rows_int8(isa, m, act, rows, Disjoint::new(&mut out), m.rows) };
+    }
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Packs `ggml` (`rows` rows) for int8 and checks, for each token count: every ISA equals
+/// the scalar twin, the scalar twin equals the definition, and the packed rows dequantize to
+/// ggml's values.
+fn check(ty: GgmlType, rows: usize, cols: usize, ggml: &[u8], tokens: &[usize], rng: &mut Rng, what: &str) {
+    let rb = ty.row_bytes(cols);
+    let pb = layout_row_bytes(ty, Layout::Chunked, cols);
+    assert_eq!(pb, rb, "{what}: the int8 layout takes ggml's bytes");
+    let mut packed = vec![0u8; rows * pb];
+    pack_rows_in(ty, Layout::Chunked, cols, ggml, &mut packed);
+    let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+    for r in 0..rows {
+        dequantize_row(ty, &ggml[r * rb..(r + 1) * rb], &mut a);
+        dequantize_packed_row_in(ty, Layout::Chunked, &packed[r * pb..(r + 1) * pb], &mut b);
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what}: row {r} dequantized");
+    }
+    let m = MatRef { ty, rows, cols, data: &packed };
+    let decoded: Vec<Decoded> = (0..rows).map(|r| decode(ty, &ggml[r * rb..(r + 1) * rb])).collect();
+    for &n_tokens in tokens {
+        let x = random_acts(rng, n_tokens, cols);
+        let mut act = QuantizedRows::default();
+        act.quantize(Isa::Scalar, &x, cols, n_tokens);
+        let scalar = run(Isa::Scalar, &m, &act);
+        for isa in int8_isas() {
+            assert!(run(isa, &m, &act) == scalar, "{what} T={n_tokens} on {}", isa.name());
+        }
+        for t in 0..n_tokens {
+            for (r, w) in decoded.iter().enumerate() {
+                let want = definition(ty, w, &act, t, cols);
+                let got = f32::from_bits(scalar[t * rows + r]);
+                assert_eq!(got.to_bits(), want.to_bits(), "{what} T={n_tokens} token {t} row {r}: {got} vs {want}");
+            }
+        }
+    }
+}
+
+#[test]
+fn kquant_int8_paths_agree_bitwise_and_equal_their_definition() {
+    let mut rng = Rng(0x6B71_7561_6E74_0001);
+    for ty in TYPES {
+        for &(rows, cols) in &SHAPES {
+            let ggml = random_matrix(&mut rng, ty, rows, cols);
+            check(ty, rows, cols, &ggml, &TOKENS, &mut rng, &format!("{} {rows}x{cols}", ty.name()));
+        }
+    }
+}
+
+/// Every int8 type's packed row is at most its ggml row, except Q5_0, which the int8
+/// kernels read as Q8_0 (34 bytes per 32 values against ggml's 22): the one type still held
+/// larger than its file.
+#[test]
+fn int8_layout_is_at_most_ggml_bytes() {
+    for ty in GgmlType::ALL.into_iter().filter(|&t| is_int8_packable(t) && t != GgmlType::Q5_0) {
+        for blocks in [1, 2, 3, 8, 17] {
+            let cols = blocks * ty.block_size().max(32);
+            let (packed, ggml) = (layout_row_bytes(ty, Layout::Chunked, cols), ty.row_bytes(cols));
+            assert!(packed <= ggml, "{} at {cols} columns: {packed} bytes packed, {ggml} in ggml", ty.name());
+        }
+    }
+    // The K-quant types are among them.
+    assert!(TYPES.iter().all(|&t| is_int8_packable(t) && is_kquant_int8(t)));
+}
+
+#[test]
+fn kquant_int8_on_gemma3_tensors() {
+    let file = GgufFile::open(cached_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m")).unwrap();
+    let mut rng = Rng(11);
+    let mut seen = std::collections::BTreeSet::new();
+    for info in file.tensors().iter().filter(|t| t.dims.len() == 2 && is_kquant_int8(t.ggml_type)) {
+        let ty = info.ggml_type;
+        let cols = info.dims[0] as usize;
+        let all_rows = info.dims[1] as usize;
+        let bytes = file.tensor_bytes(info);
+        // Every row packs to ggml's values (checked in `check` for the rows it multiplies).
+        let mut packed = vec![0u8; bytes.len()];
+        pack_rows_in(ty, Layout::Chunked, cols, bytes, &mut packed);
+        let (rb, mut a, mut b) = (ty.row_bytes(cols), vec![0f32; cols], vec![0f32; cols]);
+        for r in 0..all_rows {
+            dequantize_row(ty, &bytes[r * rb..(r + 1) * rb], &mut a);
+            dequantize_packed_row_in(ty, Layout::Chunked, &packed[r * rb..(r + 1) * rb], &mut b);
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{} row {r}", info.name);
+        }
+        // The kernels on one matrix per (type, shape), at most 48 of its rows.
+        if seen.insert((ty.name(), info.dims.clone())) {
+            let rows = all_rows.min(48);
+            check(ty, rows, cols, &bytes[..rows * rb], &[1, 5, 16], &mut rng, &info.name);
+        }
+    }
+    let types: std::collections::BTreeSet<_> = seen.iter().map(|s| s.0).collect();
+    assert_eq!(types.into_iter().collect::<Vec<_>>(), ["Q4_K", "Q6_K"]);
+}
