@@ -18,6 +18,7 @@ mod gemma_tensors;
 mod grammar;
 mod kernels;
 mod kernels_int8;
+mod prefix_cache;
 mod quantize;
 mod sampler;
 mod speculative;
