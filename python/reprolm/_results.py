@@ -35,10 +35,10 @@ class Completion:
     (else empty)."""
     speculation: Optional[SpeculationStats] = field(repr=False, default=None)
     """What speculative decoding did, for a generation with ``speculative=`` (else None)."""
-    cached_tokens: int = field(repr=False, default=0)
+    cached_tokens: int = field(repr=False, compare=False, default=0)
     """Prompt tokens whose keys and values came from the batch engine's prefix cache rather
     than being computed (0 for sessions and speculative decoding). The results are the same
-    bits either way."""
+    bits either way, so completions that differ only here compare equal."""
 
 
 @dataclass(frozen=True)
