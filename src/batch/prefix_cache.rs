@@ -33,7 +33,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::model::KvCache;
+use crate::model::{KvCache, Overflow};
 use crate::state::xxh64;
 
 /// Positions per cached block.
@@ -159,9 +159,11 @@ impl PrefixCache {
     }
 
     /// Copies the rows of the chain `keys` (from [`PrefixCache::lookup`]) into the empty
-    /// `cache`, positions `0 .. keys.len() * BLOCK_TOKENS`, and marks them written.
+    /// `cache` (one that never slides, so slot `p` holds position `p`), positions
+    /// `0 .. keys.len() * BLOCK_TOKENS`, and marks them written.
     pub fn copy_into(&self, keys: &[u64], cache: &mut KvCache) {
         assert!(cache.is_empty(), "blocks are copied into a fresh cache");
+        assert_eq!(cache.overflow(), Overflow::Error, "slot p holds position p");
         for (i, key) in keys.iter().enumerate() {
             cache.write_slots(i * BLOCK_TOKENS, &self.blocks[key].rows);
         }
@@ -178,7 +180,7 @@ impl PrefixCache {
     }
 
     /// Stores the block of `tokens` ([`BLOCK_TOKENS`] ids) after the block `parent`, its rows
-    /// read from `cache` at `slots` when it is not held yet. Returns its key, or `None` when
+    /// read from `cache` (one that never slides) at `slots` when it is not held yet. Returns its key, or `None` when
     /// it cannot be stored (no room, the parent is gone, or another block holds its key), in
     /// which case no later block of the chain can be either.
     pub fn insert(&mut self, parent: Option<u64>, tokens: &[u32], cache: &KvCache, slots: std::ops::Range<usize>) -> Option<u64> {
@@ -201,6 +203,7 @@ impl PrefixCache {
             }
             return None;
         }
+        assert_eq!(cache.overflow(), Overflow::Error, "slot p holds position p");
         let mut rows = Vec::new();
         cache.read_slots(slots, &mut rows);
         debug_assert_eq!(rows.len(), self.block_bytes);
@@ -262,7 +265,7 @@ impl PrefixCache {
 mod tests {
     use super::*;
     use crate::model::config::{LayerAttention, ModelConfig, ARCHITECTURES};
-    use crate::model::{KvCacheOptions, KvDtype, Overflow};
+    use crate::model::{KvCacheOptions, KvDtype};
 
     fn cfg() -> ModelConfig {
         ModelConfig {
