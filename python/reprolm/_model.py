@@ -64,6 +64,14 @@ class EngineStats:
     """Prompt tokens computed so far."""
     generated_tokens: int
     """Tokens generated so far."""
+    prefix_cache_hits: int = 0
+    """Prefix-cache blocks (16 positions each) that admitted prompts reused."""
+    prefix_cache_misses: int = 0
+    """Full prompt blocks that were not in the prefix cache (and were computed)."""
+    prefix_cache_evictions: int = 0
+    """Blocks the prefix cache evicted to stay within its bound."""
+    prefix_cache_bytes: int = 0
+    """Bytes the prefix cache holds."""
 
 
 def _chunks(core: _core.Stream) -> Iterator[Chunk]:
@@ -114,6 +122,7 @@ class Model:
         max_batch_tokens: Optional[int] = None,
         kv_memory: Optional[int] = None,
         kv_dtype: KvDtype = "f32",
+        prefix_cache_bytes: Optional[int] = None,
     ) -> "Model":
         """Loads a GGUF file, or a known model by name (``"smollm2-135m"``,
         ``"gemma3-270m"``: see :func:`reprolm.known_models`), fetched into the cache on first
@@ -135,12 +144,17 @@ class Model:
         the memory available at load time). None of them changes any result. ``kv_dtype``: the
         number type of the engine's KV caches, ``"f32"`` (default) or ``"f16"`` (half the
         memory and memory traffic, as for :meth:`session`; every result is then a
-        :meth:`session` with ``kv_dtype="f16"``'s, bit for bit).
+        :meth:`session` with ``kv_dtype="f16"``'s, bit for bit). ``prefix_cache_bytes``: the
+        bound of the prefix cache, which keeps the keys and values of computed prompts (and
+        generated text) in blocks of 16 positions so that later prompts with the same start
+        reuse them (default: a quarter of ``kv_memory``; ``0`` turns it off). It changes no
+        result either: a reused block has the bits of a computed one
+        (:attr:`Completion.cached_tokens` tells how many prompt tokens were reused).
         """
         engine = _core.Engine(
             resolve_model(path), threads=threads, isa=isa, precision=precision, max_concurrent=max_concurrent,
             max_queue=max_queue, max_batch_tokens=max_batch_tokens, kv_memory=kv_memory,
-            kv_dtype=kv_dtype,
+            kv_dtype=kv_dtype, prefix_cache_bytes=prefix_cache_bytes,
         )
         return cls(engine)
 

@@ -51,6 +51,12 @@ class Request:
         return list(self._prompt_ids)
 
     @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens copied from the prefix cache rather than computed (0 until the
+        request is admitted; final once its first chunk has come)."""
+        return self._core.cached_tokens
+
+    @property
     def finished(self) -> bool:
         """Whether the request has produced its last chunk (or failed, or was cancelled)."""
         return self._core.finished
@@ -76,7 +82,8 @@ class Request:
         """Waits for the request to finish and returns its :class:`Completion` (reading the
         chunks not yet read)."""
         if self._completion is None:
-            self._completion = _collect(self._prompt_ids, iter(self._core.next, None))
+            items = list(iter(self._core.next, None))  # (cached_tokens is set once admitted)
+            self._completion = _collect(self._prompt_ids, iter(items), self._core.cached_tokens)
         return self._completion
 
     async def _items(self) -> AsyncIterator["_ChunkTuple"]:
@@ -106,7 +113,7 @@ class Request:
         """:meth:`result`, awaited without blocking the event loop."""
         if self._completion is None:
             items = [item async for item in self._items()]
-            self._completion = _collect(self._prompt_ids, iter(items))
+            self._completion = _collect(self._prompt_ids, iter(items), self._core.cached_tokens)
         return self._completion
 
     def __repr__(self) -> str:
@@ -118,7 +125,7 @@ def _chunk(item: "_ChunkTuple") -> Chunk:
     return Chunk(text, token_ids, reason, logprobs, None if step is None else StepInfo._from_core(step))
 
 
-def _collect(prompt_ids: list[int], items: Iterator["_ChunkTuple"]) -> Completion:
+def _collect(prompt_ids: list[int], items: Iterator["_ChunkTuple"], cached_tokens: int) -> Completion:
     texts: list[str] = []
     ids: list[int] = []
     logprobs: list[float] = []
@@ -132,7 +139,7 @@ def _collect(prompt_ids: list[int], items: Iterator["_ChunkTuple"]) -> Completio
             steps.append(StepInfo._from_core(step))
         reason = finish or reason
     assert reason is not None, "a finished request has a finish reason"
-    return Completion("".join(texts), ids, reason, list(prompt_ids), logprobs, steps)
+    return Completion("".join(texts), ids, reason, list(prompt_ids), logprobs, steps, cached_tokens=cached_tokens)
 
 
 _DISPATCHERS: "weakref.WeakSet[_Dispatcher]" = weakref.WeakSet()

@@ -40,6 +40,10 @@ class Completion:
     """What speculative decoding did, for a generation with ``speculative=`` (else None)."""
     tool_calls: "list[ToolCall]" = field(default_factory=list)
     """The tools the model called (:meth:`Model.chat` with ``tools``; else empty)."""
+    cached_tokens: int = field(repr=False, compare=False, default=0)
+    """Prompt tokens whose keys and values came from the batch engine's prefix cache rather
+    than being computed (0 for sessions and speculative decoding). The results are the same
+    bits either way, so completions that differ only here compare equal."""
 
 
 @dataclass(frozen=True)

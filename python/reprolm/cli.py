@@ -199,7 +199,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ReprolmError(f"the server needs the 'server' extra: pip install 'reprolm[server]' ({e})") from None
     minimum = {"port": 0, "max_concurrent": 1, "max_queue": 0, "max_body_bytes": 0, "threads": 1,
-               "context_length": 1, "max_batch_tokens": 1}
+               "context_length": 1, "max_batch_tokens": 1, "prefix_cache_bytes": 0}
     for name, least in minimum.items():
         value = getattr(args, name)
         if value is not None and value < least:
@@ -216,7 +216,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         max_concurrent=args.max_concurrent, max_queue=args.max_queue, context_length=args.context_length,
         api_key=args.api_key, alias=args.alias, max_body_bytes=args.max_body_bytes, grace_period=args.grace_period,
-        max_batch_tokens=args.max_batch_tokens, webui=args.webui,
+        max_batch_tokens=args.max_batch_tokens, prefix_cache_bytes=args.prefix_cache_bytes,
+        webui=args.webui,
     )
     return serve(config)
 
@@ -407,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-batch-tokens", type=int, default=None, metavar="N",
                     help="rows per forward pass (default 512); smaller keeps long prompts from stalling the "
                          "other sequences' tokens")
+    sv.add_argument("--prefix-cache-bytes", type=int, default=None, metavar="N",
+                    help="bound of the prefix cache that lets requests reuse the computed start of earlier "
+                         "prompts, same results either way (default: a quarter of the KV memory; 0: off)")
     sv.add_argument("--api-key", default=None, metavar="KEY",
                     help="require 'Authorization: Bearer KEY' on every endpoint but /health and the chat page at / "
                          "(401 otherwise)")

@@ -3,7 +3,7 @@
 //! either side.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -46,6 +46,8 @@ pub(super) struct Channel {
     cancelled: AtomicBool,
     /// Events are announced to [`BatchEngine::wait_ready`](super::BatchEngine::wait_ready).
     watched: AtomicBool,
+    /// Prompt positions copied from the prefix cache, set at admission (before any event).
+    cached_tokens: AtomicUsize,
     /// Told about a cancellation (so the engine frees the request's cache at once) and about
     /// the events of a watched request.
     engine: Weak<Wakeup>,
@@ -59,6 +61,7 @@ impl Channel {
             ready: Condvar::new(),
             cancelled: AtomicBool::new(false),
             watched: AtomicBool::new(false),
+            cached_tokens: AtomicUsize::new(0),
             engine,
         })
     }
@@ -83,6 +86,10 @@ impl Channel {
                 engine.event_ready(self.id);
             }
         }
+    }
+
+    pub(super) fn set_cached_tokens(&self, n: usize) {
+        self.cached_tokens.store(n, Ordering::Release);
     }
 
     pub(super) fn is_cancelled(&self) -> bool {
@@ -158,6 +165,12 @@ impl RequestHandle {
         if let Some(engine) = self.channel.engine.upgrade() {
             engine.event_ready(self.channel.id);
         }
+    }
+
+    /// How many of the prompt's tokens were copied from the prefix cache rather than
+    /// computed (0 until the request is admitted; set before its first event).
+    pub fn cached_tokens(&self) -> usize {
+        self.channel.cached_tokens.load(Ordering::Acquire)
     }
 
     /// Whether the request's last event has been produced (it may not have been taken yet).

@@ -26,8 +26,16 @@
 //! `max_tokens`, reserved against `kv_memory` before it runs, so a running sequence never runs
 //! out of room and the total never exceeds the limit; a request that could never fit is
 //! refused when submitted, the others wait for room.
+//!
+//! **Prefix cache.** Full blocks of [`BLOCK_TOKENS`] positions of every sequence's keys and
+//! values (prompt and generated text) are kept in a [`PrefixCache`] bounded by
+//! `prefix_cache_bytes`; an admitted prompt copies the longest chain of cached blocks it starts
+//! with and computes only the rest (always at least its last token, whose logits it needs).
+//! A copied row has the bits of a computed one, so a request's results do not depend on what
+//! the cache held (see [`prefix_cache`]).
 
 mod handle;
+pub mod prefix_cache;
 mod scheduler;
 
 use std::collections::VecDeque;
@@ -36,6 +44,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 pub use handle::{Event, Poll, RequestHandle};
+pub use prefix_cache::{PrefixCache, PrefixCacheStats, BLOCK_TOKENS};
 
 use crate::decode::Request;
 use crate::engine::Engine;
@@ -57,20 +66,30 @@ pub struct BatchOptions {
     pub kv_memory: usize,
     /// The number type of the caches.
     pub kv_dtype: KvDtype,
+    /// Bytes the prefix cache may hold (0: no prefix cache). Separate from `kv_memory`.
+    pub prefix_cache_bytes: usize,
 }
 
 impl BatchOptions {
-    /// The defaults for `engine`: 64 sequences, no queue limit, 512 rows per pass, and f32
-    /// caches taking at most a quarter of the memory available now.
+    /// The defaults for `engine`: 64 sequences, no queue limit, 512 rows per pass, f32
+    /// caches taking at most a quarter of the memory available now, and a prefix cache of a
+    /// quarter of that ([`BatchOptions::default_prefix_cache_bytes`]).
     pub fn defaults_for(engine: &Engine) -> BatchOptions {
         let quarter = crate::engine::available_memory().map_or(1 << 30, |m| m / 4);
+        let kv_memory = quarter.max(engine.kv_bytes_per_position(KvDtype::F32));
         BatchOptions {
             max_concurrent: 64,
             max_queue: usize::MAX,
             max_batch_tokens: 512,
-            kv_memory: quarter.max(engine.kv_bytes_per_position(KvDtype::F32)),
+            kv_memory,
             kv_dtype: KvDtype::F32,
+            prefix_cache_bytes: Self::default_prefix_cache_bytes(kv_memory),
         }
+    }
+
+    /// The default bound of the prefix cache for a given `kv_memory`: a quarter of it.
+    pub fn default_prefix_cache_bytes(kv_memory: usize) -> usize {
+        kv_memory / 4
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -105,6 +124,8 @@ pub struct EngineStats {
     pub prompt_tokens: u64,
     /// Tokens generated so far.
     pub generated_tokens: u64,
+    /// The prefix cache's counters (all zero without one).
+    pub prefix_cache: PrefixCacheStats,
 }
 
 /// A submitted request on its way to the engine thread.

@@ -5,11 +5,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::handle::{Channel, Event};
+use super::prefix_cache::{PrefixCache, BLOCK_TOKENS};
 use super::{BatchOptions, EngineStats, Submission, Wakeup};
 use crate::decode::{SequenceDecoder, Step};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::model::{KvCache, KvCacheOptions, LogitRows, Overflow, Scratch, SeqInput};
+use crate::kernels::Precision;
+use crate::model::{KvCache, KvCacheOptions, KvDtype, LogitRows, Overflow, Scratch, SeqInput};
 
 /// An admitted request: its decoder and its own KV cache.
 struct Running {
@@ -18,6 +20,12 @@ struct Running {
     cache: KvCache,
     /// Bytes of `kv_memory` reserved for the cache.
     reserved: usize,
+    /// Keys of the prefix-cache blocks copied at admission (pinned while it runs).
+    reused: Vec<u64>,
+    /// Key of the prefix-cache block of each full block of positions stored so far, in order.
+    blocks: Vec<u64>,
+    /// The prefix cache refused a block: store no more of this sequence.
+    blocks_refused: bool,
 }
 
 impl Running {
@@ -45,6 +53,28 @@ struct Scheduler<'a> {
     scratch: Scratch,
     /// Running totals (passes, tokens) for [`EngineStats`].
     totals: EngineStats,
+    /// None when `prefix_cache_bytes` cannot hold one block.
+    prefix_cache: Option<PrefixCache>,
+}
+
+/// The prefix cache for `engine`'s batch caches, if `options` give it room for a block.
+fn prefix_cache(engine: &Engine, options: &BatchOptions) -> Option<PrefixCache> {
+    let block_bytes = BLOCK_TOKENS * engine.kv_bytes_per_position(options.kv_dtype);
+    if options.prefix_cache_bytes < block_bytes {
+        return None;
+    }
+    // Everything besides the tokens that changes a block's numbers.
+    let precision = match engine.llama.precision() {
+        Precision::Float32 => 0u8,
+        Precision::Int8 => 1,
+    };
+    let dtype = match options.kv_dtype {
+        KvDtype::F32 => 0u8,
+        KvDtype::F16 => 1,
+    };
+    let mut identity = engine.fingerprint().to_le_bytes().to_vec();
+    identity.extend_from_slice(&[precision, dtype]);
+    Some(PrefixCache::new(&identity, block_bytes, options.prefix_cache_bytes))
 }
 
 /// The engine thread's loop: runs until the engine is dropped.
@@ -57,6 +87,7 @@ pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) 
         reserved: 0,
         scratch: Scratch::default(),
         totals: EngineStats::default(),
+        prefix_cache: prefix_cache(engine, &options),
     };
     loop {
         {
@@ -93,21 +124,51 @@ pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) 
 
 impl Scheduler<'_> {
     fn stats(&self) -> EngineStats {
-        EngineStats { waiting: self.waiting.len(), running: self.running.len(), kv_bytes: self.reserved, ..self.totals }
+        EngineStats {
+            waiting: self.waiting.len(),
+            running: self.running.len(),
+            kv_bytes: self.reserved,
+            prefix_cache: self.prefix_cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
+            ..self.totals
+        }
+    }
+
+    /// Frees what a sequence leaving the engine holds: its reserved bytes and its pins on
+    /// prefix-cache blocks.
+    fn release(reserved: &mut usize, prefix_cache: &mut Option<PrefixCache>, r: &Running) {
+        *reserved -= r.reserved;
+        if let Some(cache) = prefix_cache {
+            cache.release(&r.reused);
+        }
+    }
+
+    /// Stores the full blocks of positions each running sequence has computed since the last
+    /// call in the prefix cache.
+    fn store_blocks(&mut self) {
+        let Some(prefix_cache) = &mut self.prefix_cache else { return };
+        for r in &mut self.running {
+            while !r.blocks_refused && (r.blocks.len() + 1) * BLOCK_TOKENS <= r.cache.len() {
+                let start = r.blocks.len() * BLOCK_TOKENS;
+                let tokens = &r.seq.context()[start..start + BLOCK_TOKENS];
+                match prefix_cache.insert(r.blocks.last().copied(), tokens, &r.cache, start..start + BLOCK_TOKENS) {
+                    Some(key) => r.blocks.push(key),
+                    None => r.blocks_refused = true,
+                }
+            }
+        }
     }
 
     /// Drops cancelled requests, waiting or running (their caches are freed here).
     fn drop_cancelled(&mut self) {
         self.waiting.retain(|w| !w.channel.is_cancelled());
-        let mut freed = 0;
+        let (reserved, prefix_cache) = (&mut self.reserved, &mut self.prefix_cache);
         self.running.retain(|r| {
             let keep = !r.channel.is_cancelled();
             if !keep {
-                freed += r.reserved;
+                Self::release(reserved, prefix_cache, r);
             }
             keep
         });
-        self.reserved -= freed;
     }
 
     /// Admits waiting requests in arrival order while the running sequences and their
@@ -129,14 +190,25 @@ impl Scheduler<'_> {
             let Submission { request, channel } = self.waiting.pop_front().expect("checked above");
             let options = KvCacheOptions { capacity, dtype: self.options.kv_dtype, overflow: Overflow::Error };
             match KvCache::with_options(self.engine.config(), &options) {
-                Ok(cache) => {
+                Ok(mut cache) => {
                     let seq = SequenceDecoder::new(request, self.engine.config().eos_id);
                     if let Some(finish) = seq.finish() {
                         channel.push(Event::Finished(finish));
                         continue;
                     }
+                    // Whole blocks of the prompt but its last token, which is always computed
+                    // (its logits choose the first token).
+                    let mut reused = Vec::new();
+                    if let Some(prefix_cache) = &mut self.prefix_cache {
+                        let n_prompt = seq.n_prompt();
+                        let reusable = n_prompt.saturating_sub(1) / BLOCK_TOKENS * BLOCK_TOKENS;
+                        reused = prefix_cache.lookup(&seq.context()[..reusable]);
+                        prefix_cache.copy_into(&reused, &mut cache);
+                        channel.set_cached_tokens(cache.len());
+                    }
                     self.reserved += bytes;
-                    self.running.push(Running { channel, seq, cache, reserved: bytes });
+                    let blocks = reused.clone();
+                    self.running.push(Running { channel, seq, cache, reserved: bytes, reused, blocks, blocks_refused: false });
                 }
                 Err(e) => channel.push(Event::Error(e)),
             }
@@ -183,6 +255,7 @@ impl Scheduler<'_> {
             self.fail_running(|| Error::EngineStopped(format!("a forward pass failed: {message}")));
             return;
         }
+        self.store_blocks();
         let steps = self.select(&sampled);
         self.totals.generated_tokens += steps.iter().filter(|s| s.is_ok()).count() as u64;
         let mut finished = vec![false; self.running.len()];
@@ -200,17 +273,16 @@ impl Scheduler<'_> {
                 }
             };
         }
-        let mut freed = 0;
+        let (reserved, prefix_cache) = (&mut self.reserved, &mut self.prefix_cache);
         let mut i = 0;
         self.running.retain(|r| {
             let keep = !finished[i];
             i += 1;
             if !keep {
-                freed += r.reserved;
+                Self::release(reserved, prefix_cache, r);
             }
             keep
         });
-        self.reserved -= freed;
     }
 
     /// Lets each sampled sequence choose its token from its logits row (rows in the order of
@@ -234,6 +306,9 @@ impl Scheduler<'_> {
     fn fail_running(&mut self, error: impl Fn() -> Error) {
         for r in self.running.drain(..) {
             r.channel.push(Event::Error(error()));
+            if let Some(cache) = &mut self.prefix_cache {
+                cache.release(&r.reused);
+            }
         }
         self.reserved = 0;
     }

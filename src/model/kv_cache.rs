@@ -463,6 +463,49 @@ impl KvCache {
         (&mut self.k.bytes_mut()[at..at + n], &mut self.v.bytes_mut()[at..at + n])
     }
 
+    /// Bytes of a row block: `n` slots of every layer and KV head, keys then values,
+    /// [n_layers][n_kv_heads][2][n][head_dim] numbers in the storage type.
+    pub fn slot_block_bytes(&self, n: usize) -> usize {
+        2 * self.n_layers * self.n_kv_heads * n * self.head_dim * self.dtype.bytes()
+    }
+
+    /// Copies the stored keys and values of `slots` out as a row block (layout of
+    /// [`KvCache::slot_block_bytes`]), bit for bit.
+    pub fn read_slots(&self, slots: Range<usize>, out: &mut Vec<u8>) {
+        assert!(slots.end <= self.capacity);
+        let row = self.head_dim * self.dtype.bytes();
+        out.clear();
+        out.reserve(self.slot_block_bytes(slots.len()));
+        for l in 0..self.n_layers {
+            for g in 0..self.n_kv_heads {
+                let at = self.region(l, g) * self.dtype.bytes();
+                let range = at + slots.start * row..at + slots.end * row;
+                out.extend_from_slice(&self.k.bytes()[range.clone()]);
+                out.extend_from_slice(&self.v.bytes()[range]);
+            }
+        }
+    }
+
+    /// Stores a row block read by [`KvCache::read_slots`] from a cache of the same model and
+    /// dtype into the slots from `start` on, bit for bit (the caller then marks the positions
+    /// written with [`KvCache::advance_to`]).
+    pub fn write_slots(&mut self, start: usize, block: &[u8]) {
+        let row = self.head_dim * self.dtype.bytes();
+        let per_region = 2 * row;
+        let n = block.len() / (self.n_layers * self.n_kv_heads * per_region);
+        assert_eq!(block.len(), self.slot_block_bytes(n), "a row block of this cache's shape");
+        assert!(start + n <= self.capacity);
+        let mut src = block.chunks_exact(n * row);
+        for l in 0..self.n_layers {
+            for g in 0..self.n_kv_heads {
+                let at = self.region(l, g) * self.dtype.bytes();
+                let range = at + start * row..at + (start + n) * row;
+                self.k.bytes_mut()[range.clone()].copy_from_slice(src.next().expect("sized above"));
+                self.v.bytes_mut()[range].copy_from_slice(src.next().expect("sized above"));
+            }
+        }
+    }
+
     /// The bookkeeping needed to restore this cache: (len, oldest).
     pub fn cursor(&self) -> (usize, usize) {
         (self.len, self.oldest)

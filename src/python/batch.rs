@@ -47,6 +47,13 @@ impl PyRequest {
         self.handle.id()
     }
 
+    /// How many prompt tokens were copied from the prefix cache (0 until admitted; final
+    /// once the first chunk has come).
+    #[getter]
+    fn cached_tokens(&self) -> usize {
+        self.handle.cached_tokens()
+    }
+
     /// Whether the last chunk (or the error) has been produced.
     #[getter]
     fn finished(&self) -> bool {

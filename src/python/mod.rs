@@ -63,6 +63,9 @@ impl PyEngine {
 }
 
 /// A count given from Python (at least 1); the error names the setting.
+/// `Engine.engine_stats`: see there.
+type EngineStatsTuple = (usize, usize, usize, u64, u64, u64, u64, u64, u64, usize);
+
 fn positive(name: &str, value: i64) -> Result<usize, Error> {
     usize::try_from(value)
         .ok()
@@ -123,7 +126,7 @@ pub(crate) fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
 impl PyEngine {
     #[new]
     #[pyo3(signature = (path, *, threads=None, isa=None, precision=None, max_concurrent=None, max_queue=None,
-                        max_batch_tokens=None, kv_memory=None, kv_dtype=None))]
+                        max_batch_tokens=None, kv_memory=None, kv_dtype=None, prefix_cache_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -136,6 +139,7 @@ impl PyEngine {
         max_batch_tokens: Option<i64>,
         kv_memory: Option<i64>,
         kv_dtype: Option<String>,
+        prefix_cache_bytes: Option<i64>,
     ) -> PyResult<Self> {
         let threads = threads
             .map(|t| usize::try_from(t).map_err(|_| Error::invalid_argument("threads", format!("{t} is not positive"))))
@@ -157,6 +161,12 @@ impl PyEngine {
         if let Some(name) = kv_dtype {
             batch_options.kv_dtype = KvDtype::parse(&name).py()?;
         }
+        batch_options.prefix_cache_bytes = match prefix_cache_bytes {
+            None => BatchOptions::default_prefix_cache_bytes(batch_options.kv_memory),
+            Some(v) => usize::try_from(v)
+                .map_err(|_| Error::invalid_argument("prefix_cache_bytes", format!("must be at least 0, got {v}")))
+                .py()?,
+        };
         if max_batch_tokens.is_none() {
             batch_options.max_batch_tokens = batch_options.max_batch_tokens.max(batch_options.max_concurrent);
         }
@@ -165,11 +175,19 @@ impl PyEngine {
     }
 
     /// The batch engine's state: (waiting, running, kv_bytes, passes, prompt_tokens,
-    /// generated_tokens); zeros before the first request.
-    fn engine_stats(&self) -> (usize, usize, usize, u64, u64, u64) {
+    /// generated_tokens, prefix_cache_hits, prefix_cache_misses, prefix_cache_evictions,
+    /// prefix_cache_bytes); zeros before the first request.
+    fn engine_stats(&self) -> EngineStatsTuple {
         let batch = self.batch.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let s = batch.filter(|b| !b.is_stale()).map(|b| b.stats()).unwrap_or_default();
-        (s.waiting, s.running, s.kv_bytes, s.passes, s.prompt_tokens, s.generated_tokens)
+        let p = s.prefix_cache;
+        (s.waiting, s.running, s.kv_bytes, s.passes, s.prompt_tokens, s.generated_tokens, p.hits, p.misses, p.evictions, p.bytes)
+    }
+
+    /// Bytes the batch engine's prefix cache may hold (0: none).
+    #[getter]
+    fn prefix_cache_bytes(&self) -> usize {
+        self.batch_options.prefix_cache_bytes
     }
 
     /// Bytes of keys and values one position takes in the batch engine's caches.

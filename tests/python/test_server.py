@@ -84,6 +84,9 @@ def test_chat_matches_library(client: openai.OpenAI, model_id: str, model: repro
 
 def test_streaming_deltas_join_to_the_whole_text(client: openai.OpenAI, model_id: str) -> None:
     kwargs: dict[str, Any] = dict(model=model_id, max_tokens=24, temperature=0.9, seed=11)
+    # Puts the prompt in the prefix cache, so both requests below reuse the same blocks of it
+    # and report the same usage, cached tokens included.
+    client.chat.completions.create(messages=QUESTION, model=model_id, max_tokens=1)
     whole = client.chat.completions.create(messages=QUESTION, **kwargs)
     chunks = list(client.chat.completions.create(messages=QUESTION, stream=True,
                                                  stream_options={"include_usage": True}, **kwargs))

@@ -76,9 +76,18 @@ def make_cases(model_id: str) -> list[dict[str, Any]]:
     return cases
 
 
+def _usage(usage: Any) -> dict[str, Any]:
+    """The usage without ``prompt_tokens_details``: how many prompt tokens came from the prefix
+    cache depends on what ran before (checked here to be whole blocks of the prompt)."""
+    out = dict(usage.model_dump())
+    cached = out.pop("prompt_tokens_details")["cached_tokens"]
+    assert cached % 16 == 0 and 0 <= cached < out["prompt_tokens"], out
+    return out
+
+
 def answer(client: openai.OpenAI, body: dict[str, Any]) -> str:
     """What the response says, as canonical JSON: per choice its text, finish reason and
-    logprobs, and the usage (not the id or the creation time)."""
+    logprobs, and the usage (not the id, the creation time or the cached prompt tokens)."""
     kwargs = dict(body)
     endpoint = client.chat.completions if "messages" in kwargs else client.completions
     if kwargs.get("stream"):
@@ -88,7 +97,7 @@ def answer(client: openai.OpenAI, body: dict[str, Any]) -> str:
         usage = None
         for chunk in endpoint.create(**kwargs):
             if chunk.usage is not None:
-                usage = chunk.usage.model_dump()
+                usage = _usage(chunk.usage)
             for c in chunk.choices:
                 text = c.delta.content if hasattr(c, "delta") else c.text
                 texts[c.index] = texts.get(c.index, "") + (text or "")
@@ -105,7 +114,7 @@ def answer(client: openai.OpenAI, body: dict[str, Any]) -> str:
         text = c.message.content if hasattr(c, "message") else c.text
         lp = None if c.logprobs is None else c.logprobs.model_dump()
         choices.append({"index": c.index, "text": text, "finish_reason": c.finish_reason, "logprobs": lp})
-    usage = None if out.usage is None else out.usage.model_dump()
+    usage = None if out.usage is None else _usage(out.usage)
     return json.dumps({"choices": choices, "usage": usage}, sort_keys=True)
 
 

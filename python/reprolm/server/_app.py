@@ -74,6 +74,8 @@ class ServerConfig:
     precision: Precision = "float32"
     kv_dtype: KvDtype = "f32"
     """The number type of the engine's KV caches (``"f16"`` halves their memory)."""
+    prefix_cache_bytes: Optional[int] = None
+    """Bound of the prefix cache shared by requests (default: the engine's; 0: off)."""
     max_concurrent: int = 64
     """Sequences computed together by the batch engine (each choice of a request is one)."""
     max_queue: int = 256
@@ -176,7 +178,8 @@ class _Server:
         try:
             fingerprint = model_fingerprint(c.model_path)
             model = Model.load(c.model_path, threads=c.threads, precision=c.precision, kv_dtype=c.kv_dtype,
-                               max_concurrent=c.max_concurrent, max_batch_tokens=c.max_batch_tokens)
+                               max_concurrent=c.max_concurrent, max_batch_tokens=c.max_batch_tokens,
+                               prefix_cache_bytes=c.prefix_cache_bytes)
         except Exception as e:  # reported by /health and the log; the server then exits
             self.load_error = f"{type(e).__name__}: {e}"
             log.error("reprolm: could not load %s: %s", c.model_path, self.load_error)
@@ -537,10 +540,20 @@ def _chat_logprobs(model: Model, steps: list[StepInfo]) -> dict[str, Any]:
             "refusal": None}
 
 
-def _usage(prompts: Sequence[list[int]], completion_tokens: int) -> dict[str, int]:
+def _usage(prompts: Sequence[list[int]], completion_tokens: int, choices: Sequence[_Choice]) -> dict[str, Any]:
     prompt_tokens = sum(len(p) for p in prompts)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": _cached_tokens(choices)}}
+
+
+def _cached_tokens(choices: Sequence[_Choice]) -> int:
+    """Prompt tokens read from the prefix cache, counted like ``prompt_tokens`` (once per
+    prompt): those of each prompt's first choice."""
+    first: dict[int, int] = {}
+    for c in choices:
+        first.setdefault(c.prompt_index, c.request.cached_tokens)
+    return sum(first.values())
 
 
 def _sse(data: Any) -> bytes:
@@ -721,7 +734,7 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
             out_choices.append({"index": c.index, "text": c.prefix + o.text, "logprobs": lp,
                                 "finish_reason": _finish(o.finish_reason)})
         _count_tokens(server, prompts, generated)
-        return _json({**head, "choices": out_choices, "usage": _usage(prompts, generated)})
+        return _json({**head, "choices": out_choices, "usage": _usage(prompts, generated, choices)})
 
     async def chat(request: HttpRequest) -> Response:
         data = await server.read_json(request)
@@ -767,7 +780,7 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
             out_choices.append({"index": c.index, "message": reply_message(content, calls), "logprobs": lp,
                                 "finish_reason": tool_finish_reason(calls, o.finish_reason)})
         _count_tokens(server, [ids], generated)
-        return _json({**head, "choices": out_choices, "usage": _usage([ids], generated)})
+        return _json({**head, "choices": out_choices, "usage": _usage([ids], generated, choices)})
 
     async def chat_page(request: HttpRequest) -> Response:
         return page_response()
@@ -913,7 +926,7 @@ async def _stream_choices(
         await merged.aclose()
     _count_tokens(server, prompts, generated)
     if include_usage:
-        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated)})
+        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated, choices)})
     yield b"data: [DONE]\n\n"
 
 

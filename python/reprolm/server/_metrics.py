@@ -46,6 +46,14 @@ class _EngineCollector(Collector):
                                   value=s.prompt_tokens)
         yield CounterMetricFamily("reprolm_engine_generated_tokens", "Tokens the batch engine has generated",
                                   value=s.generated_tokens)
+        yield CounterMetricFamily("reprolm_prefix_cache_hits", "Prompt blocks reused from the prefix cache",
+                                  value=s.prefix_cache_hits)
+        yield CounterMetricFamily("reprolm_prefix_cache_misses", "Full prompt blocks not in the prefix cache",
+                                  value=s.prefix_cache_misses)
+        yield CounterMetricFamily("reprolm_prefix_cache_evictions", "Blocks evicted from the prefix cache",
+                                  value=s.prefix_cache_evictions)
+        yield GaugeMetricFamily("reprolm_prefix_cache_bytes", "Bytes the prefix cache holds",
+                                value=s.prefix_cache_bytes)
 
 
 class Metrics:

@@ -1,0 +1,253 @@
+//! The batch engine's prefix cache on the real model: every request's tokens,
+//! log-probabilities, text and finish reason are the same bits with the cache on and off, and
+//! the same as the request run alone on a session, for multi-turn conversations sharing a
+//! system prompt, prompts diverging inside a block, prompts ending on a block boundary,
+//! greedy and sampled decoding, both precisions, both KV dtypes and 1 to 3 threads; and the
+//! cache stays within its bound while it evicts.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use reprolm::batch::{BatchEngine, BatchOptions, Event, Poll, RequestHandle, BLOCK_TOKENS};
+use reprolm::decode::stream::Generator;
+use reprolm::decode::{Finish, Request, StopConditions};
+use reprolm::engine::{Engine, LoadOptions, Session, SessionOptions};
+use reprolm::model::{KvDtype, Overflow};
+use reprolm::sampling::SamplerConfig;
+
+/// What a request produced: ids, log-probability bits, text, finish.
+type Outcome = (Vec<u32>, Vec<u64>, String, Finish);
+
+fn load(threads: usize, precision: &str) -> Arc<Engine> {
+    let options = LoadOptions { threads: Some(threads), precision: Some(precision.into()), ..LoadOptions::default() };
+    Arc::new(Engine::load(common::model_path(), &options).expect("model loads"))
+}
+
+fn drain(handle: &RequestHandle) -> Outcome {
+    let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
+    loop {
+        match handle.next_event(None) {
+            Poll::Event(Event::Token(step)) => {
+                ids.push(step.selection.token);
+                logprobs.push(step.selection.logprob.to_bits());
+                text.push_str(&step.text);
+                if let Some(finish) = step.finish {
+                    return (ids, logprobs, text, finish);
+                }
+            }
+            Poll::Event(Event::Finished(finish)) => return (ids, logprobs, text, finish),
+            Poll::Event(Event::Error(e)) => panic!("request failed: {e}"),
+            Poll::Done | Poll::Pending => panic!("the stream ended without its last event"),
+        }
+    }
+}
+
+/// The request run alone on a fresh session with a cache of `dtype`.
+fn alone(engine: &Arc<Engine>, dtype: KvDtype, request: &Request) -> Outcome {
+    let options = SessionOptions {
+        context_length: Some(request.positions_needed().max(1)),
+        kv_dtype: dtype,
+        overflow: Overflow::Error,
+    };
+    let session = Session::with_options(Arc::clone(engine), &options).unwrap();
+    let mut generator = Generator::new(session, request.clone()).unwrap();
+    let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
+    while let Some(step) = generator.next_step().unwrap() {
+        ids.push(step.selection.token);
+        logprobs.push(step.selection.logprob.to_bits());
+        text.push_str(&step.text);
+    }
+    (ids, logprobs, text, generator.finish().unwrap())
+}
+
+/// A conversation: its first prompt, the user tokens added after each reply, its sampler.
+struct Conversation {
+    first: Vec<u32>,
+    users: Vec<Vec<u32>>,
+    sampler: SamplerConfig,
+    max_tokens: usize,
+}
+
+/// One request of a run: its prompt, what it produced, and how many prompt tokens came from
+/// the prefix cache.
+struct Turn {
+    request: Request,
+    outcome: Outcome,
+    cached: usize,
+}
+
+/// Runs the conversations turn by turn, every conversation's turn submitted at once, plus
+/// `singles` submitted with the first turns. A turn's prompt is the previous prompt, the
+/// previous reply (all its ids) and the next user tokens.
+fn converse(batch: &BatchEngine, conversations: &[Conversation], singles: &[Request]) -> Vec<Turn> {
+    let vocab = batch.engine().config().vocab_size;
+    let mut prompts: Vec<Vec<u32>> = conversations.iter().map(|c| c.first.clone()).collect();
+    let mut turns = Vec::new();
+    for t in 0..=conversations[0].users.len() {
+        let mut requests: Vec<Request> = conversations
+            .iter()
+            .zip(&prompts)
+            .map(|(c, p)| {
+                let stop = StopConditions { max_tokens: c.max_tokens, ..StopConditions::default() };
+                Request::new(p.clone(), c.sampler.clone(), stop, vocab).unwrap()
+            })
+            .collect();
+        if t == 0 {
+            requests.extend(singles.iter().cloned());
+        }
+        let handles: Vec<RequestHandle> = requests.iter().map(|r| batch.submit(r.clone()).unwrap()).collect();
+        for (i, (request, handle)) in requests.into_iter().zip(handles).enumerate() {
+            let outcome = drain(&handle);
+            if let Some(c) = conversations.get(i) {
+                if let Some(user) = c.users.get(t) {
+                    prompts[i].extend_from_slice(&outcome.0);
+                    prompts[i].extend_from_slice(user);
+                }
+            }
+            turns.push(Turn { request, outcome, cached: handle.cached_tokens() });
+        }
+    }
+    turns
+}
+
+fn workload(vocab: usize) -> (Vec<Conversation>, Vec<Request>) {
+    let mut rng = common::Rng(0x9e1f);
+    let mut ids = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next() % vocab as u64) as u32).collect() };
+    let system = ids(40); // two full blocks and 8 tokens of a third
+    let mut conversations = Vec::new();
+    for (c, user_len) in [3usize, 11, 16, 25].into_iter().enumerate() {
+        let mut first = system.clone();
+        if c == 2 {
+            first[37] = (first[37] + 1) % vocab as u32; // diverges inside the third block
+        }
+        first.extend(ids(user_len));
+        let sampler = match c % 2 {
+            0 => SamplerConfig::greedy(),
+            _ => SamplerConfig { temperature: 0.9, top_p: 0.95, seed: 11 + c as u64, ..SamplerConfig::default() },
+        };
+        let users = (0..2).map(|t| ids(5 + 3 * c + t)).collect();
+        conversations.push(Conversation { first, users, sampler, max_tokens: 6 + c });
+    }
+    let stop = StopConditions { max_tokens: 5, ..StopConditions::default() };
+    let singles = vec![
+        // Ends on a block boundary: its last block is recomputed for the logits.
+        Request::new(system[..2 * BLOCK_TOKENS].to_vec(), SamplerConfig::greedy(), stop.clone(), vocab).unwrap(),
+        // Shorter than a block.
+        Request::new(system[..9].to_vec(), SamplerConfig { temperature: 1.1, seed: 5, ..SamplerConfig::default() },
+                     stop, vocab).unwrap(),
+    ];
+    (conversations, singles)
+}
+
+#[test]
+fn requests_give_the_same_bits_with_the_prefix_cache_on_and_off_and_alone() {
+    // (precision, KV dtype, threads with the cache on, threads with it off and alone)
+    let configs =
+        [("float32", KvDtype::F32, 1, 3), ("float32", KvDtype::F16, 2, 1), ("int8", KvDtype::F32, 3, 2), ("int8", KvDtype::F16, 2, 3)];
+    for (precision, dtype, threads_on, threads_off) in configs {
+        let (on_engine, off_engine) = (load(threads_on, precision), load(threads_off, precision));
+        let vocab = on_engine.config().vocab_size;
+        let (conversations, singles) = workload(vocab);
+        let options = |engine: &Engine, prefix_cache_bytes: usize| BatchOptions {
+            max_concurrent: 4,
+            max_batch_tokens: 24,
+            kv_dtype: dtype,
+            prefix_cache_bytes,
+            ..BatchOptions::defaults_for(engine)
+        };
+        let on_options = options(&on_engine, 64 << 20);
+        let on = BatchEngine::new(Arc::clone(&on_engine), on_options).unwrap();
+        let cached_run = converse(&on, &conversations, &singles);
+        let stats = on.stats().prefix_cache;
+        let off = BatchEngine::new(Arc::clone(&off_engine), options(&off_engine, 0)).unwrap();
+        let plain_run = converse(&off, &conversations, &singles);
+        assert_eq!(off.stats().prefix_cache, Default::default(), "no prefix cache");
+
+        let label = format!("{precision}, {} KV", dtype.name());
+        assert_eq!(cached_run.len(), plain_run.len());
+        let mut saved = 0;
+        for (i, (a, b)) in cached_run.iter().zip(&plain_run).enumerate() {
+            assert_eq!(a.request.prompt, b.request.prompt, "{label}, request {i}: prompt");
+            assert_eq!(a.outcome, b.outcome, "{label}, request {i}: cache on vs off");
+            assert_eq!(a.outcome, alone(&off_engine, dtype, &a.request), "{label}, request {i}: cache on vs alone");
+            assert_eq!(b.cached, 0);
+            let n = a.request.prompt.len();
+            assert!(a.cached % BLOCK_TOKENS == 0 && a.cached < n, "{label}, request {i}: {} cached of {n}", a.cached);
+            saved += a.cached;
+        }
+        // Every later turn reuses its conversation's previous turn: the blocks of the previous
+        // prompt and reply that were computed (all but the reply's last token), as far as they
+        // leave the new prompt's last token to compute.
+        let per_round = conversations.len();
+        let index = |t: usize, c: usize| if t == 0 { c } else { per_round + singles.len() + (t - 1) * per_round + c };
+        for t in 1..=conversations[0].users.len() {
+            for c in 0..per_round {
+                let (prev, turn) = (&cached_run[index(t - 1, c)], &cached_run[index(t, c)]);
+                let computed = prev.request.prompt.len() + prev.outcome.0.len() - 1;
+                let reusable = (turn.request.prompt.len() - 1) / BLOCK_TOKENS;
+                assert_eq!(turn.cached, (computed / BLOCK_TOKENS).min(reusable) * BLOCK_TOKENS, "{label}, conversation {c}, turn {t}");
+            }
+        }
+        assert_eq!(stats.hits as usize * BLOCK_TOKENS, saved, "{label}: hits count the reused blocks");
+        assert!(stats.misses > 0 && stats.evictions == 0 && stats.bytes > 0, "{label}: {stats:?}");
+        let block_bytes = BLOCK_TOKENS * on_engine.kv_bytes_per_position(dtype);
+        assert_eq!(stats.bytes % block_bytes, 0);
+    }
+}
+
+#[test]
+fn an_evicting_prefix_cache_stays_within_its_bound_and_changes_no_bits() {
+    let engine = load(2, "float32");
+    let vocab = engine.config().vocab_size;
+    let block_bytes = BLOCK_TOKENS * engine.kv_bytes_per_position(KvDtype::F32);
+    let bound = 5 * block_bytes + block_bytes / 3; // room for 5 blocks
+    let options = BatchOptions { max_concurrent: 3, max_batch_tokens: 32, prefix_cache_bytes: bound, ..BatchOptions::defaults_for(&engine) };
+    let batch = BatchEngine::new(Arc::clone(&engine), options).unwrap();
+    let mut rng = common::Rng(77);
+    let shared: Vec<u32> = (0..36).map(|_| (rng.next() % vocab as u64) as u32).collect();
+    let stop = |max_tokens| StopConditions { max_tokens, ..StopConditions::default() };
+    // Puts the shared prefix's two blocks in the cache.
+    let first = Request::new(shared.clone(), SamplerConfig::greedy(), stop(2), vocab).unwrap();
+    assert_eq!(drain(&batch.submit(first.clone()).unwrap()), alone(&engine, KvDtype::F32, &first));
+    // A long request reusing them runs while other prompts push the cache past its bound.
+    let mut long_prompt = shared.clone();
+    long_prompt.extend([3, 1, 4]);
+    let long = Request::new(long_prompt, SamplerConfig { temperature: 0.7, seed: 3, ..SamplerConfig::default() }, stop(40), vocab).unwrap();
+    let long_handle = batch.submit(long.clone()).unwrap();
+    let mut others = Vec::new();
+    for i in 0..8 {
+        let prompt: Vec<u32> = (0..40 + i).map(|_| (rng.next() % vocab as u64) as u32).collect();
+        let request = Request::new(prompt, SamplerConfig::greedy(), stop(3), vocab).unwrap();
+        let handle = batch.submit(request.clone()).unwrap();
+        others.push((request, handle));
+    }
+    for (i, (request, handle)) in others.iter().enumerate() {
+        assert_eq!(drain(handle), alone(&engine, KvDtype::F32, request), "request {i}");
+        let bytes = batch.stats().prefix_cache.bytes;
+        assert!(bytes <= bound, "{bytes} bytes held, bound {bound}");
+    }
+    assert_eq!(long_handle.cached_tokens(), 2 * BLOCK_TOKENS);
+    assert_eq!(drain(&long_handle), alone(&engine, KvDtype::F32, &long));
+    let stats = batch.stats().prefix_cache;
+    assert!(stats.evictions > 0 && stats.bytes <= bound, "{stats:?}");
+    // The shared blocks came back or stayed, and a repeat of the first request is unchanged.
+    let again = batch.submit(first.clone()).unwrap();
+    assert_eq!(drain(&again), alone(&engine, KvDtype::F32, &first));
+}
+
+#[test]
+fn a_bound_below_one_block_turns_the_prefix_cache_off() {
+    let engine = load(1, "float32");
+    let vocab = engine.config().vocab_size;
+    let block_bytes = BLOCK_TOKENS * engine.kv_bytes_per_position(KvDtype::F32);
+    let options = BatchOptions { prefix_cache_bytes: block_bytes - 1, ..BatchOptions::defaults_for(&engine) };
+    let batch = BatchEngine::new(Arc::clone(&engine), options).unwrap();
+    let request = Request::new((0..40).collect(), SamplerConfig::greedy(), StopConditions { max_tokens: 2, ..StopConditions::default() }, vocab).unwrap();
+    for _ in 0..2 {
+        let handle = batch.submit(request.clone()).unwrap();
+        drain(&handle);
+        assert_eq!(handle.cached_tokens(), 0);
+    }
+    assert_eq!(batch.stats().prefix_cache, Default::default());
+}
