@@ -883,7 +883,7 @@ async def _stream_tool_chat(
         await merged.aclose()
     _count_tokens(server, prompts, generated)
     if include_usage:
-        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated)})
+        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated, choices)})
     yield b"data: [DONE]\n\n"
 
 
