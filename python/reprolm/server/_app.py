@@ -15,6 +15,8 @@ import hashlib
 import hmac
 import json
 import logging
+import math
+import os
 import threading
 import time
 import uuid
@@ -59,7 +61,8 @@ class ServerConfig:
     """How ``reprolm serve`` runs (the command's options)."""
 
     model_path: Path
-    """The GGUF file."""
+    """The GGUF file (a ``str`` or any ``os.PathLike`` is accepted and stored as a
+    :class:`~pathlib.Path`)."""
     host: str = "127.0.0.1"
     """Loopback by default: other machines cannot connect unless told (``0.0.0.0``)."""
     port: int = 8000
@@ -86,12 +89,71 @@ class ServerConfig:
     grace_period: float = 30.0
     """Seconds in-flight requests get to finish after SIGTERM."""
 
+    def __post_init__(self) -> None:
+        """Checks every field when the config is built, so a bad value is an
+        :class:`~reprolm.errors.InvalidArgumentError` (or :class:`~reprolm.errors.InvalidTypeError`)
+        naming the field here, never a failure of the serving threads later."""
+        path: Any = self.model_path
+        if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+            raise errors.InvalidTypeError(f"ServerConfig.model_path must be a str or os.PathLike, "
+                                          f"got {type(path).__name__}")
+        try:
+            resolved = Path(os.fspath(path))
+        except TypeError as e:  # an os.PathLike whose __fspath__ gives bytes
+            raise errors.InvalidTypeError(f"ServerConfig.model_path must name a file as text: {e}") from None
+        object.__setattr__(self, "model_path", resolved)
+        _check_text("host", self.host, optional=False)
+        _check_int("port", self.port, 0, 65535)
+        _check_int("threads", self.threads, 1, None, optional=True)
+        _check_choice("precision", self.precision, ("float32", "int8"))
+        _check_choice("kv_dtype", self.kv_dtype, ("f32", "f16"))
+        _check_int("max_concurrent", self.max_concurrent, 1, None)
+        _check_int("max_queue", self.max_queue, 0, None)
+        _check_int("context_length", self.context_length, 1, None, optional=True)
+        _check_int("max_batch_tokens", self.max_batch_tokens, 1, None, optional=True)
+        _check_text("api_key", self.api_key, optional=True)
+        _check_text("alias", self.alias, optional=True)
+        _check_int("max_body_bytes", self.max_body_bytes, 0, None)
+        grace: Any = self.grace_period
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)):
+            raise errors.InvalidTypeError(f"ServerConfig.grace_period must be a number of seconds, "
+                                          f"got {type(grace).__name__}")
+        if not (math.isfinite(grace) and grace >= 0):
+            raise errors.InvalidArgumentError(f"ServerConfig.grace_period must be finite and >= 0, got {grace}")
+
     @property
     def model_id(self) -> str:
         return self.alias or self.model_path.name.removesuffix(".gguf")
 
 
-def model_fingerprint(path: Path) -> str:
+def _check_int(name: str, value: Any, least: int, most: Optional[int], *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidTypeError(f"ServerConfig.{name} must be an int{' or None' if optional else ''}, "
+                                      f"got {type(value).__name__}")
+    if value < least or (most is not None and value > most):
+        bound = f">= {least}" if most is None else f"between {least} and {most}"
+        raise errors.InvalidArgumentError(f"ServerConfig.{name} must be {bound}, got {value}")
+
+
+def _check_text(name: str, value: Any, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise errors.InvalidTypeError(f"ServerConfig.{name} must be a str{' or None' if optional else ''}, "
+                                      f"got {type(value).__name__}")
+    if not value:
+        raise errors.InvalidArgumentError(f"ServerConfig.{name} must not be empty")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices or not isinstance(value, str):
+        raise errors.InvalidArgumentError(f"ServerConfig.{name} must be one of {', '.join(map(repr, choices))}, "
+                                          f"got {value!r}")
+
+
+def model_fingerprint(path: Union[str, "os.PathLike[str]"]) -> str:
     """``reprolm-<version>-<first 12 hex digits of the file's SHA-256>``: the same bits are
     promised for the same fingerprint."""
     digest = hashlib.sha256()
@@ -169,7 +231,9 @@ class _Server:
             fingerprint = model_fingerprint(c.model_path)
             model = Model.load(c.model_path, threads=c.threads, precision=c.precision, kv_dtype=c.kv_dtype,
                                max_concurrent=c.max_concurrent, max_batch_tokens=c.max_batch_tokens)
-        except Exception as e:  # reported by /health and the log; the server then exits
+            log.info("reprolm: loaded %s (%s, %d threads, %s); serving it as %r", model.path.name, model.isa,
+                     model.threads, fingerprint, c.model_id)
+        except BaseException as e:  # reported by /health and the log; the server then exits
             self.load_error = f"{type(e).__name__}: {e}"
             log.error("reprolm: could not load %s: %s", c.model_path, self.load_error)
             if self.on_load_failure is not None:
@@ -177,8 +241,6 @@ class _Server:
             return
         self.fingerprint = fingerprint
         self.model = model
-        log.info("reprolm: loaded %s (%s, %d threads, %s); serving it as %r", model.path.name, model.isa,
-                 model.threads, fingerprint, c.model_id)
 
     def _engine_stats(self) -> Optional[EngineStats]:
         return None if self.model is None else self.model.engine_stats()
