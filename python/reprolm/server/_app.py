@@ -41,6 +41,7 @@ from .._results import Chunk
 from ..sampling import Sampler
 from ._errors import ApiError, error_body
 from ._metrics import CONTENT_TYPE, Metrics
+from ._openapi import model_ids, openapi_schema
 from ._schema import ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, parse_json, validate
 
 __all__ = ["ServerConfig", "create_app", "model_fingerprint"]
@@ -50,7 +51,7 @@ log = logging.getLogger("reprolm.server")
 T = TypeVar("T")
 
 _ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/tokenize",
-              "/detokenize")
+              "/detokenize", "/openapi.json")
 _SEED_MODULUS = 2**64
 # What JSON can carry for a log-probability of -inf (a token q gives no mass), as OpenAI does.
 _NEG_INF_LOGPROB = -9999.0
@@ -289,7 +290,7 @@ class _Server:
     def check_model_name(self, name: Optional[str]) -> None:
         if name is None:
             return
-        if name not in (self.config.model_id, self.config.model_path.name):
+        if name not in model_ids(self.config.model_id, self.config.model_path.name):
             raise ApiError(404, f"the model '{name}' does not exist; this server serves '{self.config.model_id}'",
                            param="model", code="model_not_found")
 
@@ -675,6 +676,12 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
             return _json({"status": "error", "error": server.load_error}, 503)
         return _json({"status": "loading"}, 503, {"Retry-After": "1"})
 
+    schema = openapi_schema(model_ids=model_ids(config.model_id, config.model_path.name),
+                            api_key=config.api_key is not None)
+
+    async def openapi(request: HttpRequest) -> Response:
+        return _json(schema)
+
     async def metrics(request: HttpRequest) -> Response:
         return Response(server.metrics.render(), media_type=CONTENT_TYPE)
 
@@ -795,10 +802,14 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         message = (f"no endpoint {request.method} {request.url.path}" if status == 404
                    else f"method {request.method} is not allowed on {request.url.path}")
-        return _error_response(ApiError(status, message, code="not_found" if status == 404 else "method_not_allowed"))
+        # (a 405 keeps Starlette's Allow header, naming the methods the endpoint takes)
+        headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+        return _error_response(ApiError(status, message, code="not_found" if status == 404 else "method_not_allowed",
+                                        headers=headers))
 
     routes = [
         Route("/health", endpoint(health, auth=False), methods=["GET"]),
+        Route("/openapi.json", endpoint(openapi, auth=False), methods=["GET"]),
         Route("/metrics", endpoint(metrics), methods=["GET"]),
         Route("/v1/models", endpoint(models), methods=["GET"]),
         Route("/v1/models/{model:path}", endpoint(retrieve_model), methods=["GET"]),
