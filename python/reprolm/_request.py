@@ -4,7 +4,9 @@ from threads (blocking) or from asyncio (awaiting), cancellable."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
+import weakref
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator, Optional
 
 from . import _core
@@ -143,6 +145,17 @@ class _Dispatcher:
         self._lock = threading.Lock()
         self._waiters: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
         self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+        _DISPATCHERS.add(self)
+
+    def stop(self) -> None:
+        """Ends the thread and waits for it (at interpreter exit: a daemon thread still inside
+        the engine's wait when the interpreter finalizes would be ended inside native code)."""
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=4 * _POLL_SECONDS)
 
     def watch(self, core: _core.Request) -> asyncio.Event:
         event = asyncio.Event()
@@ -163,7 +176,7 @@ class _Dispatcher:
             ids = self._wait_ready(_POLL_SECONDS)
             with self._lock:
                 targets = [self._waiters[i] for i in set(ids) if i in self._waiters]
-                if not targets and not self._waiters:
+                if self._stopping or (not targets and not self._waiters):
                     self._thread = None
                     return
             for loop, event in targets:
@@ -171,3 +184,12 @@ class _Dispatcher:
                     loop.call_soon_threadsafe(event.set)
                 except RuntimeError:  # the loop was closed
                     pass
+
+
+_DISPATCHERS: "weakref.WeakSet[_Dispatcher]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_dispatchers() -> None:
+    for dispatcher in list(_DISPATCHERS):
+        dispatcher.stop()
