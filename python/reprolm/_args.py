@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .errors import InvalidTypeError, TokenOutOfRangeError
+from .errors import InvalidArgumentError, InvalidTypeError, TokenOutOfRangeError
 
 __all__ = ["text", "token_id", "token_ids", "prompt", "messages", "number", "integer", "optional_integer",
            "one_of", "decode_options", "flag"]
@@ -111,7 +111,9 @@ def decode_options(max_tokens: Any, sampler: Any, stop: Any, stop_token_ids: Any
     """Checks the types of the options every generation takes (their values are the engine's)."""
     from .sampling import Sampler
 
-    integer(max_tokens, "max_tokens")
+    limit = integer(max_tokens, "max_tokens")
+    if not -_INT64 <= limit < _INT64:  # (the engine names any other bad value)
+        raise InvalidArgumentError(f"invalid value for 'max_tokens': {limit} is out of range")
     if sampler is not None and not isinstance(sampler, Sampler):
         raise InvalidTypeError(f"sampler must be a reprolm.Sampler or None, got {_kind(sampler)}")
     if not isinstance(stop, str):
@@ -121,7 +123,9 @@ def decode_options(max_tokens: Any, sampler: Any, stop: Any, stop_token_ids: Any
         if bad is not None or not isinstance(stop, Sequence):
             raise InvalidTypeError(f"stop must be a str or a sequence of str, got an item of type {_kind(bad)}")
     token_ids(stop_token_ids, "stop_token_ids", 2**32)
-    optional_integer(logprobs, "logprobs")
+    alternatives = optional_integer(logprobs, "logprobs")
+    if alternatives is not None and not -_INT64 <= alternatives < _INT64:
+        raise InvalidArgumentError(f"invalid value for 'logprobs': {alternatives} is out of range")
 
 
 def prompt(value: Any, name: str, vocab_size: int, *, batch: bool = False) -> None:

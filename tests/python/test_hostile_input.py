@@ -162,3 +162,37 @@ def test_session_ops(small: Model, options: dict[str, Any], ops: list[tuple[str,
         else:
             typed_or_valid(lambda: getattr(session, op)(arg))
         assert 0 <= len(session.tokens) <= session.context_length
+
+
+# Regression cases the property tests found: each raised a plain TypeError, AttributeError or
+# OverflowError from inside before.
+FOUND: list[tuple[str, Callable[[Model], Any], type]] = [
+    ("Sampler temperature list", lambda m: Sampler(temperature=[1.0]), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("Sampler logit_bias list", lambda m: Sampler(logit_bias=[1]), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("Sampler banned ids int", lambda m: Sampler(banned_token_ids=3), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("Sampler seed float", lambda m: Sampler(seed=1.5), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("Grammar.choice None", lambda m: Grammar.choice(None), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("detokenize float ids", lambda m: m.detokenize([1.0]), errors.InvalidTypeError),  # type: ignore[list-item]
+    ("detokenize float array", lambda m: m.detokenize(np.array([1.5])), errors.InvalidTypeError),
+    ("logits None id", lambda m: m.logits([1, None]), errors.InvalidTypeError),  # type: ignore[list-item]
+    ("token_bytes array", lambda m: m.token_bytes(np.array([1, 2])), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("generate prompt None id", lambda m: m.generate([1, None], max_tokens=1), errors.InvalidTypeError),  # type: ignore[list-item]
+    ("generate sampler dict", lambda m: m.generate([1], max_tokens=1, sampler={}), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("generate special list", lambda m: m.generate("hi", max_tokens=1, special=[]), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("submit max_tokens float", lambda m: m.submit([1], max_tokens=1.0), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("submit max_tokens 2**64", lambda m: m.submit([1], max_tokens=2**64), errors.InvalidArgumentError),
+    ("submit stop_token_ids int", lambda m: m.submit([1], max_tokens=1, stop_token_ids=3), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("submit stop int", lambda m: m.submit([1], max_tokens=1, stop=3), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("submit logprobs 2**64", lambda m: m.submit([1], max_tokens=1, logprobs=2**64), errors.InvalidArgumentError),
+    ("session kv_dtype list", lambda m: m.session(kv_dtype=[]), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("session context_length str", lambda m: m.session(context_length="8"), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("session truncate float", lambda m: m.session(context_length=8).truncate(1.0), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("session generate max_tokens 2**64", lambda m: m.session(context_length=8).generate([1], max_tokens=2**64),
+     errors.InvalidArgumentError),
+]
+
+
+@pytest.mark.parametrize(("case", "call", "error"), FOUND, ids=[c for c, _, _ in FOUND])
+def test_found_cases_raise_typed_errors(small: Model, case: str, call: Callable[[Model], Any], error: type) -> None:
+    with pytest.raises(error):
+        call(small)
