@@ -9,9 +9,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["ErrorResponse", "Health", "ModelCard", "ModelList", "TokenizeResponse", "DetokenizeResponse",
-           "Completion", "CompletionChunk", "ChatCompletion", "ChatCompletionChunk", "FinishReason"]
-
-FinishReason = Literal["stop", "length"]
+           "Completion", "CompletionChunk", "ChatCompletion", "ChatCompletionChunk"]
 
 
 class _Out(BaseModel):
@@ -83,7 +81,7 @@ class CompletionChoice(_Out):
     index: int = Field(ge=0)
     text: str
     logprobs: Optional[CompletionLogprobs]
-    finish_reason: Optional[FinishReason]
+    finish_reason: Optional[Literal["stop", "length"]]
 
 
 class _Generated(_Out):
@@ -137,7 +135,7 @@ class ChatChoice(_Out):
     index: int = Field(ge=0)
     message: AssistantMessage
     logprobs: Optional[ChatLogprobs]
-    finish_reason: Optional[FinishReason]
+    finish_reason: Optional[Literal["stop", "length"]]
 
 
 class ChatCompletion(_Generated):
@@ -157,7 +155,7 @@ class ChatChunkChoice(_Out):
     index: int = Field(ge=0)
     delta: Delta
     logprobs: Optional[ChatLogprobs]
-    finish_reason: Optional[FinishReason]
+    finish_reason: Optional[Literal["stop", "length"]]
 
 
 class ChatCompletionChunk(_Generated):
