@@ -36,6 +36,7 @@ from typing import Any, Optional
 import httpx
 
 from _machine import cpu_name
+from _record import write as write_record
 
 SYSTEM_PARAGRAPHS = [
     "You are the assistant of the Lindenhof municipal library. You answer questions from visitors "
@@ -250,6 +251,17 @@ def main() -> int:
           f"(wall {on['wall']:.1f} s vs {off['wall']:.1f} s)")
     same = on["replies"] == off["replies"]
     print(f"every reply the same text with the cache on and off: {same}")
+    write_record("chat_turns", {
+        "threads": args.threads, "conversations": args.conversations, "turns": args.turns,
+        "max_tokens": args.max_tokens,
+        "by_turn": [{"turn": t + 1, "prompt_tokens": statistics.median(on["prompt"][t]),
+                     "cached_tokens": statistics.median(on["cached"][t]),
+                     "ttft_ms_on": statistics.median(on["ttft"][t]) * 1e3,
+                     "ttft_ms_off": statistics.median(off["ttft"][t]) * 1e3} for t in range(args.turns)],
+        "later_turns_ttft_ms": {"on": later_on * 1e3, "off": later_off * 1e3},
+        "completion_tok_s": {"on": on["tok/s"], "off": off["tok/s"]},
+        "same_replies": same,
+    }, model=args.model.name)
     return 0 if same else 1
 
 

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reprolm  # noqa: E402
 from _machine import cpu_name  # noqa: E402
+from _record import write as write_record  # noqa: E402
 from reprolm import Grammar, Sampler  # noqa: E402
 from reprolm import tools as T  # noqa: E402
 
@@ -87,6 +88,8 @@ def main() -> None:
     print(f"tool call: {got} tokens {call.text!r}")
     print(f"decode tok/s: constrained {constrained:.1f}, unconstrained {plain:.1f} ({plain_n} tokens), "
           f"ratio {constrained / plain:.3f}")
+    results: dict[str, object] = {"threads": model.threads, "call_tokens": got,
+                                  "decode_tok_s": {"constrained": constrained, "unconstrained": plain}}
     for choice in ("auto", "required"):
         ten = T.plan(model.chat_template, [{"role": "user", "content": "Look up item 7 of catalogue 7."}],
                      T.tools_from_openai(TEN_TOOLS), choice)
@@ -95,6 +98,9 @@ def main() -> None:
         without = first_token(model, ten_ids, None, args.runs)
         print(f"10 tools, {choice}: prompt {len(ten_ids)} tokens, time to first token {with_grammar * 1000:.0f} ms "
               f"with the grammar, {without * 1000:.0f} ms without")
+        results[f"ten_tools_{choice}"] = {"prompt_tokens": len(ten_ids), "ttft_ms_grammar": with_grammar * 1000,
+                                          "ttft_ms_plain": without * 1000}
+    write_record("tool_calls", results, model=model.path.name)
 
 
 if __name__ == "__main__":

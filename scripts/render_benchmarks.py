@@ -218,7 +218,35 @@ def kv_decode(record: Record) -> str:
     return "\n".join(lines)
 
 
+def key_values(record: Record) -> str:
+    """A record's results as indented ``key: value`` lines (nested objects indented further)."""
+    lines = [f"{record['model']}"]
+
+    def walk(value: Any, indent: int) -> None:
+        pad = "  " * indent
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, (dict, list)):
+                    lines.append(f"{pad}{k}:")
+                    walk(v, indent + 1)
+                else:
+                    lines.append(f"{pad}{k}: {v:.4g}" if isinstance(v, float) else f"{pad}{k}: {v}")
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    lines.append(pad + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                                 for k, v in item.items()))
+                else:
+                    lines.append(f"{pad}{item}")
+
+    walk(record["results"], 1)
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[Record], str]] = {
+    "chat_turns": key_values,
+    "tool_calls": key_values,
+    "soak": key_values,
     "compare_llamacpp": compare_llamacpp,
     "batch_throughput": batch_throughput,
     "server_throughput": server_throughput,

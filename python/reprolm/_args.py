@@ -6,14 +6,17 @@ would otherwise raise ``OverflowError``). Everything else is checked by the engi
 
 from __future__ import annotations
 
+import numbers
+import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
-from .errors import InvalidTypeError, TokenOutOfRangeError
+from .errors import InvalidArgumentError, InvalidTypeError, TokenOutOfRangeError
 
-__all__ = ["text", "token_id", "token_ids", "prompt", "messages"]
+__all__ = ["text", "token_id", "token_ids", "prompt", "messages", "number", "integer", "optional_integer",
+           "one_of", "decode_options", "flag"]
 
 _INT64 = 2**63
 
@@ -49,19 +52,80 @@ def text(value: Any, name: str) -> None:
 
 def token_id(value: Any, name: str, vocab_size: int) -> int:
     """``value`` as an int (anything with ``__index__``, such as a NumPy integer)."""
-    if not hasattr(type(value), "__index__"):
-        raise InvalidTypeError(f"{name} must be a token id (an int), got {_kind(value)}")
-    _check_range([int(value)], vocab_size)
-    return int(value)
+    id = _index(value, name, "a token id (an int)")
+    _check_range([id], vocab_size)
+    return id
 
 
 def token_ids(value: Any, name: str, vocab_size: int) -> list[int]:
     """``value`` (any iterable of ints but text, bytes or a mapping) as a list."""
     if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
         raise InvalidTypeError(f"{name} must be a sequence of token ids (ints), got {_kind(value)}")
-    ids = list(value)
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "iu":
+            raise InvalidTypeError(f"{name} must hold token ids (ints), got an array of {value.dtype}")
+        ids = value.tolist()
+    else:
+        ids = list(value)
+    ids = [_index(item, f"{name}[{i}]", "a token id (an int)") for i, item in enumerate(ids)]
     _check_range(ids, vocab_size)
     return ids
+
+
+def _index(value: Any, name: str, what: str) -> int:
+    """``value`` as an int through ``__index__`` (ints, NumPy integers), or InvalidTypeError."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidTypeError(f"{name} must be {what}, got {_kind(value)}") from None
+
+
+def flag(value: Any, name: str) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidTypeError(f"{name} must be a bool, got {_kind(value)}")
+
+
+def number(value: Any, name: str) -> float:
+    """``value`` (any real number, NumPy's included) as a float."""
+    if not isinstance(value, numbers.Real):
+        raise InvalidTypeError(f"{name} must be a number, got {_kind(value)}")
+    return float(value)
+
+
+def integer(value: Any, name: str) -> int:
+    """``value`` (anything with ``__index__``, such as a NumPy integer) as an int."""
+    return _index(value, name, "an int")
+
+
+def optional_integer(value: Any, name: str) -> Optional[int]:
+    return None if value is None else integer(value, f"{name} (an int or None)")
+
+
+def one_of(value: Any, name: str, choices: Sequence[str]) -> None:
+    """Checks that ``value`` is a str (the engine names the valid choices when it is not one)."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be one of {', '.join(map(repr, choices))}, got {_kind(value)}")
+
+
+def decode_options(max_tokens: Any, sampler: Any, stop: Any, stop_token_ids: Any, logprobs: Any) -> None:
+    """Checks the types of the options every generation takes (their values are the engine's)."""
+    from .sampling import Sampler
+
+    limit = integer(max_tokens, "max_tokens")
+    if not -_INT64 <= limit < _INT64:  # (the engine names any other bad value)
+        raise InvalidArgumentError(f"invalid value for 'max_tokens': {limit} is out of range")
+    if sampler is not None and not isinstance(sampler, Sampler):
+        raise InvalidTypeError(f"sampler must be a reprolm.Sampler or None, got {_kind(sampler)}")
+    if not isinstance(stop, str):
+        if isinstance(stop, (bytes, bytearray, Mapping)) or not isinstance(stop, Iterable):
+            raise InvalidTypeError(f"stop must be a str or a sequence of str, got {_kind(stop)}")
+        bad = next((s for s in stop if not isinstance(s, str)), None) if isinstance(stop, Sequence) else None
+        if bad is not None or not isinstance(stop, Sequence):
+            raise InvalidTypeError(f"stop must be a str or a sequence of str, got an item of type {_kind(bad)}")
+    token_ids(stop_token_ids, "stop_token_ids", 2**32)
+    alternatives = optional_integer(logprobs, "logprobs")
+    if alternatives is not None and not -_INT64 <= alternatives < _INT64:
+        raise InvalidArgumentError(f"invalid value for 'logprobs': {alternatives} is out of range")
 
 
 def prompt(value: Any, name: str, vocab_size: int, *, batch: bool = False) -> None:
@@ -76,7 +140,7 @@ def prompt(value: Any, name: str, vocab_size: int, *, batch: bool = False) -> No
         for i, item in enumerate(value):
             prompt(item, f"{name}[{i}]", vocab_size)
         return
-    _check_range(value, vocab_size)
+    token_ids(value, name, vocab_size)
 
 
 def messages(value: Any, name: str = "messages") -> None:

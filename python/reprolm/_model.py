@@ -210,6 +210,7 @@ class Model:
         """Token ids of ``text``. With ``special=True``, special-token strings such as
         ``<|im_start|>`` become their single ids; otherwise they are tokenized as text."""
         _args.text(text, "text")
+        _args.flag(special, "special")
         return self._engine.tokenize(text, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> str:
@@ -302,6 +303,11 @@ class Model:
         absolute positions and no recomputation. (Once such a window is full, a forward pass
         writes every key before any query reads, so longer inputs run one token per pass.)
         """
+        _args.optional_integer(context_length, "context_length")
+        if kv_dtype is not None:
+            _args.one_of(kv_dtype, "kv_dtype", ("f32", "f16"))
+        _args.one_of(overflow, "overflow", ("error", "sliding_window"))
+        _args.integer(n_keep, "n_keep")
         core = _core.Session(
             self._engine, context_length=context_length, kv_dtype=self.kv_dtype if kv_dtype is None else kv_dtype,
             overflow=overflow, n_keep=n_keep,
@@ -457,6 +463,7 @@ class Model:
         logprobs_mode: Optional[LogprobsMode] = None,
         grammar: Optional[Grammar] = None,
     ) -> Request:
+        _args.decode_options(max_tokens, sampler, stop, stop_token_ids, logprobs)
         chosen, steps = _step_sampler(sampler, logprobs, logprobs_mode)
         core = _core.submit(
             self._engine, ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
@@ -712,7 +719,7 @@ class Session:
         """Keeps the first ``n`` tokens (their cache stays valid) and drops the rest. (If a
         full sliding window has already overwritten keys the kept prefix needs, the prefix is
         recomputed on the next call, with the same result.)"""
-        self._core.truncate(n)
+        self._core.truncate(_args.integer(n, "n"))
 
     def generate(
         self,
@@ -756,6 +763,7 @@ class Session:
         grammar: Optional[Grammar],
         speculative: Optional[_core.Speculative],
     ) -> Completion:
+        _args.decode_options(max_tokens, sampler, stop, stop_token_ids, logprobs)
         chosen, with_steps = _step_sampler(sampler, logprobs, logprobs_mode)
         out_ids, text, reason, lps, steps, stats = self._core.generate(
             ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
@@ -783,6 +791,7 @@ class Session:
         other methods raise RuntimeError) until the last chunk has been returned or the
         iterator is closed (``close()``) or dropped. Arguments are checked when this is called."""
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
+        _args.decode_options(max_tokens, sampler, stop, stop_token_ids, None)
         core = self._core.stream(
             self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
             sampler=_step_sampler(sampler, None, logprobs_mode)[0]._core, stop_token_ids=list(stop_token_ids),

@@ -12,6 +12,7 @@ the text so far. Grammars are compiled by llguidance over the model's own token 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, Union
 
 from . import _core
@@ -102,6 +103,8 @@ class Grammar:
     @classmethod
     def choice(cls, options: Sequence[str]) -> "Grammar":
         """Exactly one of the strings ``options`` (at least one)."""
+        if isinstance(options, (str, bytes)) or not isinstance(options, Iterable):
+            raise InvalidTypeError(f"the options of a choice must be a list of str, got {type(options).__name__}")
         return cls("choice", list(options))
 
     @property

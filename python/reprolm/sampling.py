@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
+from collections.abc import Iterable
 from typing import Any, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _args, _core
 from ._decoding import StepInfo, _alternatives_count
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "LogprobsMode",
@@ -36,10 +37,17 @@ __all__ = [
 ]
 
 
+def _ids(value: Any, name: str) -> list[Any]:
+    """The items of a token id list setting (each checked by :func:`_token_id`)."""
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidTypeError(f"{name} must be a sequence of token ids, got {type(value).__name__}")
+    return list(value)
+
+
 def _count(name: str, value: int) -> int:
     """A count setting as an int the engine takes (of any size: the engine names the setting
     when it is negative; beyond 64 bits it is refused here instead of overflowing)."""
-    v = int(value)
+    v = _args.integer(value, name)
     if not -(2**63) <= v < 2**63:
         raise InvalidArgumentError(f"invalid value for '{name}': {v} is out of range")
     return v
@@ -54,7 +62,7 @@ def _mode(value: object) -> str:
 
 def _token_id(name: str, value: int) -> int:
     """A token id of a setting: 0 <= id < 2^32 (the engine checks it against the vocabulary)."""
-    v = int(value)
+    v = _args.integer(value, f"{name} (a token id)")
     if not 0 <= v < 2**32:
         raise InvalidArgumentError(f"invalid value for '{name}': token id {v} is outside any vocabulary")
     return v
@@ -111,20 +119,26 @@ class Sampler:
         object.__setattr__(self, "_config", self._make_config())
 
     def _make_config(self) -> _core.SamplerConfig:
+        if not isinstance(self.logit_bias, Mapping):
+            raise InvalidTypeError(f"logit_bias must be a mapping of token id to bias, got "
+                                   f"{type(self.logit_bias).__name__}")
         return _core.SamplerConfig(
-            temperature=float(self.temperature),
+            temperature=_args.number(self.temperature, "temperature"),
             top_k=_count("top_k", self.top_k),
-            top_p=float(self.top_p),
-            min_p=float(self.min_p),
-            repetition_penalty=float(self.repetition_penalty),
+            top_p=_args.number(self.top_p, "top_p"),
+            min_p=_args.number(self.min_p, "min_p"),
+            repetition_penalty=_args.number(self.repetition_penalty, "repetition_penalty"),
             penalty_window=None if self.penalty_window is None else _count("penalty_window", self.penalty_window),
-            presence_penalty=float(self.presence_penalty),
-            frequency_penalty=float(self.frequency_penalty),
-            logit_bias=[(_token_id("logit_bias", k), float(v)) for k, v in self.logit_bias.items()],
+            presence_penalty=_args.number(self.presence_penalty, "presence_penalty"),
+            frequency_penalty=_args.number(self.frequency_penalty, "frequency_penalty"),
+            logit_bias=[(_token_id("logit_bias", k), _args.number(v, f"logit_bias[{k}]"))
+                        for k, v in self.logit_bias.items()],
             allowed_token_ids=(None if self.allowed_token_ids is None
-                               else [_token_id("allowed_token_ids", i) for i in self.allowed_token_ids]),
-            banned_token_ids=[_token_id("banned_token_ids", i) for i in self.banned_token_ids],
-            seed=int(self.seed),
+                               else [_token_id("allowed_token_ids", i) for i in _ids(self.allowed_token_ids,
+                                                                                    "allowed_token_ids")]),
+            banned_token_ids=[_token_id("banned_token_ids", i) for i in _ids(self.banned_token_ids,
+                                                                             "banned_token_ids")],
+            seed=_args.integer(self.seed, "seed"),
             top_logprobs=_count("top_logprobs", self.top_logprobs),
             logprobs_mode=_mode(self.logprobs_mode),
         )

@@ -15,6 +15,8 @@ import hashlib
 import hmac
 import json
 import logging
+import math
+import os
 import threading
 import time
 import uuid
@@ -44,6 +46,7 @@ from ._errors import ApiError, error_body
 from ._metrics import CONTENT_TYPE, Metrics
 from ._tools import ChatPrompt, chat_prompt, reply_message, tool_deltas
 from ._tools import finish_reason as tool_finish_reason
+from ._openapi import model_ids, openapi_schema
 from ._schema import ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, parse_json, validate
 from ._webui import page_response
 
@@ -54,7 +57,7 @@ log = logging.getLogger("reprolm.server")
 T = TypeVar("T")
 
 _ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/tokenize",
-              "/detokenize", "/tokenizer_info")
+              "/detokenize", "/tokenizer_info", "/openapi.json")
 _SEED_MODULUS = 2**64
 # What JSON can carry for a log-probability of -inf (a token q gives no mass), as OpenAI does.
 _NEG_INF_LOGPROB = -9999.0
@@ -65,7 +68,8 @@ class ServerConfig:
     """How ``reprolm serve`` runs (the command's options)."""
 
     model_path: Path
-    """The GGUF file."""
+    """The GGUF file (a ``str`` or any ``os.PathLike`` is accepted and stored as a
+    :class:`~pathlib.Path`)."""
     host: str = "127.0.0.1"
     """Loopback by default: other machines cannot connect unless told (``0.0.0.0``)."""
     port: int = 8000
@@ -96,12 +100,74 @@ class ServerConfig:
     webui: bool = True
     """Serve the chat page at ``/`` (without the API key: the page asks for it); False answers 404 there."""
 
+    def __post_init__(self) -> None:
+        """Checks every field when the config is built, so a bad value is an
+        :class:`~reprolm.errors.InvalidArgumentError` (or :class:`~reprolm.errors.InvalidTypeError`)
+        naming the field here, never a failure of the serving threads later."""
+        path: Any = self.model_path
+        if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+            raise errors.InvalidTypeError(f"ServerConfig.model_path must be a str or os.PathLike, "
+                                          f"got {type(path).__name__}")
+        try:
+            resolved = Path(os.fspath(path))
+        except TypeError as e:  # an os.PathLike whose __fspath__ gives bytes
+            raise errors.InvalidTypeError(f"ServerConfig.model_path must name a file as text: {e}") from None
+        object.__setattr__(self, "model_path", resolved)
+        _check_text("host", self.host, optional=False)
+        _check_int("port", self.port, 0, 65535)
+        _check_int("threads", self.threads, 1, None, optional=True)
+        _check_choice("precision", self.precision, ("float32", "int8"))
+        _check_choice("kv_dtype", self.kv_dtype, ("f32", "f16"))
+        _check_int("max_concurrent", self.max_concurrent, 1, None)
+        _check_int("max_queue", self.max_queue, 0, None)
+        _check_int("context_length", self.context_length, 1, None, optional=True)
+        _check_int("max_batch_tokens", self.max_batch_tokens, 1, None, optional=True)
+        _check_text("api_key", self.api_key, optional=True)
+        _check_text("alias", self.alias, optional=True)
+        _check_int("max_body_bytes", self.max_body_bytes, 0, None)
+        _check_int("prefix_cache_bytes", self.prefix_cache_bytes, 0, None, optional=True)
+        if not isinstance(self.webui, bool):
+            raise errors.InvalidTypeError(f"ServerConfig.webui must be a bool, got {type(self.webui).__name__}")
+        grace: Any = self.grace_period
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)):
+            raise errors.InvalidTypeError(f"ServerConfig.grace_period must be a number of seconds, "
+                                          f"got {type(grace).__name__}")
+        if not (math.isfinite(grace) and grace >= 0):
+            raise errors.InvalidArgumentError(f"ServerConfig.grace_period must be finite and >= 0, got {grace}")
+
     @property
     def model_id(self) -> str:
         return self.alias or self.model_path.name.removesuffix(".gguf")
 
 
-def model_fingerprint(path: Path) -> str:
+def _check_int(name: str, value: Any, least: int, most: Optional[int], *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise errors.InvalidTypeError(f"ServerConfig.{name} must be an int{' or None' if optional else ''}, "
+                                      f"got {type(value).__name__}")
+    if value < least or (most is not None and value > most):
+        bound = f">= {least}" if most is None else f"between {least} and {most}"
+        raise errors.InvalidArgumentError(f"ServerConfig.{name} must be {bound}, got {value}")
+
+
+def _check_text(name: str, value: Any, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise errors.InvalidTypeError(f"ServerConfig.{name} must be a str{' or None' if optional else ''}, "
+                                      f"got {type(value).__name__}")
+    if not value:
+        raise errors.InvalidArgumentError(f"ServerConfig.{name} must not be empty")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices or not isinstance(value, str):
+        raise errors.InvalidArgumentError(f"ServerConfig.{name} must be one of {', '.join(map(repr, choices))}, "
+                                          f"got {value!r}")
+
+
+def model_fingerprint(path: Union[str, "os.PathLike[str]"]) -> str:
     """``reprolm-<version>-<first 12 hex digits of the file's SHA-256>``: the same bits are
     promised for the same fingerprint."""
     digest = hashlib.sha256()
@@ -180,7 +246,9 @@ class _Server:
             model = Model.load(c.model_path, threads=c.threads, precision=c.precision, kv_dtype=c.kv_dtype,
                                max_concurrent=c.max_concurrent, max_batch_tokens=c.max_batch_tokens,
                                prefix_cache_bytes=c.prefix_cache_bytes)
-        except Exception as e:  # reported by /health and the log; the server then exits
+            log.info("reprolm: loaded %s (%s, %d threads, %s); serving it as %r", model.path.name, model.isa,
+                     model.threads, fingerprint, c.model_id)
+        except BaseException as e:  # reported by /health and the log; the server then exits
             self.load_error = f"{type(e).__name__}: {e}"
             log.error("reprolm: could not load %s: %s", c.model_path, self.load_error)
             if self.on_load_failure is not None:
@@ -188,8 +256,6 @@ class _Server:
             return
         self.fingerprint = fingerprint
         self.model = model
-        log.info("reprolm: loaded %s (%s, %d threads, %s); serving it as %r", model.path.name, model.isa,
-                 model.threads, fingerprint, c.model_id)
 
     def _engine_stats(self) -> Optional[EngineStats]:
         return None if self.model is None else self.model.engine_stats()
@@ -238,7 +304,7 @@ class _Server:
     def check_model_name(self, name: Optional[str]) -> None:
         if name is None:
             return
-        if name not in (self.config.model_id, self.config.model_path.name):
+        if name not in model_ids(self.config.model_id, self.config.model_path.name):
             raise ApiError(404, f"the model '{name}' does not exist; this server serves '{self.config.model_id}'",
                            param="model", code="model_not_found")
 
@@ -653,6 +719,12 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
             return _json({"status": "error", "error": server.load_error}, 503)
         return _json({"status": "loading"}, 503, {"Retry-After": "1"})
 
+    schema = openapi_schema(model_ids=model_ids(config.model_id, config.model_path.name),
+                            api_key=config.api_key is not None)
+
+    async def openapi(request: HttpRequest) -> Response:
+        return _json(schema)
+
     async def metrics(request: HttpRequest) -> Response:
         return Response(server.metrics.render(), media_type=CONTENT_TYPE)
 
@@ -789,10 +861,14 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         message = (f"no endpoint {request.method} {request.url.path}" if status == 404
                    else f"method {request.method} is not allowed on {request.url.path}")
-        return _error_response(ApiError(status, message, code="not_found" if status == 404 else "method_not_allowed"))
+        # (a 405 keeps Starlette's Allow header, naming the methods the endpoint takes)
+        headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+        return _error_response(ApiError(status, message, code="not_found" if status == 404 else "method_not_allowed",
+                                        headers=headers))
 
     routes = [
         Route("/health", endpoint(health, auth=False), methods=["GET"]),
+        Route("/openapi.json", endpoint(openapi, auth=False), methods=["GET"]),
         Route("/metrics", endpoint(metrics), methods=["GET"]),
         Route("/v1/models", endpoint(models), methods=["GET"]),
         Route("/v1/models/{model:path}", endpoint(retrieve_model), methods=["GET"]),

@@ -5,10 +5,10 @@ problem becomes a 400 :class:`ApiError` naming the field."""
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from ._compat import CompatFields
 from ._errors import ApiError
@@ -26,6 +26,36 @@ _SEED_MIN = -(2**63)
 _SEED_LIMIT = 2**64
 
 PromptInput = Union[str, list[str], list[int], list[list[int]]]
+
+# The published JSON Schemas (``/openapi.json``) of fields whose checks are validators: the
+# shapes those validators accept, so a client (or a schema-driven tester) can know them.
+_TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_PROMPT_SCHEMA = WithJsonSchema({"anyOf": [
+    {"type": "string"},
+    {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    _TOKEN_IDS,
+    {"type": "array", "items": _TOKEN_IDS, "minItems": 1},
+]})
+_STOP_SCHEMA = WithJsonSchema({"anyOf": [
+    {"type": "string", "minLength": 1},
+    {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_STOP},
+    {"type": "null"},
+]})
+_LOGIT_BIAS_SCHEMA = WithJsonSchema({"anyOf": [
+    {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"},
+     "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+     "description": "Token id (decimal) -> bias added to its logit."},
+    {"type": "null"},
+]})
+_RESPONSE_FORMAT_SCHEMA = WithJsonSchema({"anyOf": [
+    {"type": "object", "properties": {"type": {"enum": ["text", "json_object"]}}, "required": ["type"]},
+    {"type": "object", "properties": {
+        "type": {"const": "json_schema"},
+        "json_schema": {"type": "object", "properties": {"name": {"type": "string"},
+                                                         "schema": {"type": ["object", "boolean"]}}},
+    }, "required": ["type", "json_schema"]},
+    {"type": "null"},
+]})
 
 
 class _Body(BaseModel):
@@ -48,13 +78,13 @@ class _Sampling(_Body, CompatFields):
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    stop: Optional[Union[str, list[str]]] = None
+    stop: Annotated[Optional[Union[str, list[str]]], _STOP_SCHEMA] = None
     presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
-    logit_bias: Optional[dict[str, float]] = None
+    logit_bias: Annotated[Optional[dict[str, float]], _LOGIT_BIAS_SCHEMA] = None
     seed: Optional[int] = Field(default=None, ge=_SEED_MIN, lt=_SEED_LIMIT)
     user: Optional[str] = None
-    response_format: Optional[dict[str, Any]] = None
+    response_format: Annotated[Optional[dict[str, Any]], _RESPONSE_FORMAT_SCHEMA] = None
     # reprolm's extras (extra_body in the openai client)
     top_k: Optional[int] = Field(default=None, ge=0, le=2**63 - 1)  # (the Sampler's i64)
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
@@ -103,7 +133,7 @@ class _Sampling(_Body, CompatFields):
 class CompletionBody(_Sampling):
     """``POST /v1/completions``."""
 
-    prompt: PromptInput
+    prompt: Annotated[PromptInput, _PROMPT_SCHEMA]
     max_tokens: Optional[int] = Field(default=16, ge=0)
     logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
@@ -149,7 +179,7 @@ class ChatMessage(_Body):
 class ChatBody(_Sampling):
     """``POST /v1/chat/completions``."""
 
-    messages: list[ChatMessage]
+    messages: list[ChatMessage] = Field(json_schema_extra={"minItems": 1})
     max_tokens: Optional[int] = Field(default=None, ge=0)
     max_completion_tokens: Optional[int] = Field(default=None, ge=0)
     logprobs: bool = False
