@@ -30,6 +30,18 @@ def sliding_window_mask(n: int, capacity: int, n_keep: int) -> npt.NDArray[np.bo
     return (s <= t) & ((s < n_keep) | (s > t - window))
 
 
+def next_token_kl(want: npt.NDArray[Any], got: npt.NDArray[Any]) -> F64:
+    """KL(softmax(want) || softmax(got)) of each row of two logit arrays, in float64."""
+    logp = want.astype(np.float64)
+    logp -= logp.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    logq = got.astype(np.float64)
+    logq -= logq.max(axis=1, keepdims=True)
+    logq -= np.log(np.exp(logq).sum(axis=1, keepdims=True))
+    kl: F64 = (np.exp(logp) * (logp - logq)).sum(axis=1)
+    return kl
+
+
 class Float64Llama:
     """A Llama GGUF file evaluated in float64."""
 

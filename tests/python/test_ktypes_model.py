@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import reprolm
-from _llama_f64 import Float64Llama, write_tiny_llama
+from _llama_f64 import Float64Llama, next_token_kl, write_tiny_llama
 
 Q = gguf.GGMLQuantizationType
 # Each new type in several roles across the two layers (d 256, FFN 512: whole 256-blocks).
@@ -85,12 +85,7 @@ def test_int8_precision(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) 
     assert not np.array_equal(int8, logits)
     # Close as the int8 path is held to on SmolLM2 (tests/python/test_precision.py): mean
     # KL(float32 || int8) of the next-token distributions at most 5e-3.
-    want, got = logits.astype(np.float64), int8.astype(np.float64)
-    logp = want - want.max(axis=1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
-    logq = got - got.max(axis=1, keepdims=True)
-    logq -= np.log(np.exp(logq).sum(axis=1, keepdims=True))
-    kl = (np.exp(logp) * (logp - logq)).sum(axis=1)
+    kl = next_token_kl(logits, int8)
     assert kl.mean() <= 5e-3, kl
     # The other new types have no int8 kernels: they run the float32 ones in either precision,
     # so with the int8 types replaced by them int8 gives the float32 bits.

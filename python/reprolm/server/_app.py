@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import (Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Optional, Sequence,
+from typing import (Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Optional, Sequence,
                     TypeVar, Union, cast)
 
 from starlette.applications import Starlette
@@ -897,6 +897,16 @@ def _count_tokens(server: _Server, prompts: Sequence[list[int]], generated: int)
     server.metrics.completion_tokens.inc(generated)
 
 
+def _stream_end(server: _Server, head: dict[str, Any], prompts: Sequence[list[int]], generated: int,
+                choices: Sequence[_Choice], include_usage: bool) -> Iterator[bytes]:
+    """The events after a stream's last chunk: its usage if asked for, then [DONE] (its tokens
+    counted in the metrics)."""
+    _count_tokens(server, prompts, generated)
+    if include_usage:
+        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated, choices)})
+    yield b"data: [DONE]\n\n"
+
+
 def _stream_completion(
     server: _Server, model: Model, head: dict[str, Any], choices: list[_Choice], prompts: list[list[int]],
     logprobs: Optional[int], include_usage: bool, echoed: list[Optional[dict[str, Any]]],
@@ -957,10 +967,8 @@ async def _stream_tool_chat(
         return
     finally:
         await merged.aclose()
-    _count_tokens(server, prompts, generated)
-    if include_usage:
-        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated, choices)})
-    yield b"data: [DONE]\n\n"
+    for end in _stream_end(server, head, prompts, generated, choices, include_usage):
+        yield end
 
 
 async def _stream_choices(
@@ -1000,10 +1008,8 @@ async def _stream_choices(
         return
     finally:
         await merged.aclose()
-    _count_tokens(server, prompts, generated)
-    if include_usage:
-        yield _sse({**head, "choices": [], "usage": _usage(prompts, generated, choices)})
-    yield b"data: [DONE]\n\n"
+    for end in _stream_end(server, head, prompts, generated, choices, include_usage):
+        yield end
 
 
 class _CountRequests:
