@@ -61,8 +61,11 @@ impl PyRequest {
     }
 
     /// The next chunk, waiting for it with the GIL released; `None` after the last one.
-    /// A pending KeyboardInterrupt is raised while waiting (the request keeps running).
+    /// A pending KeyboardInterrupt is raised before a chunk is taken and while waiting (the
+    /// request keeps running, and no chunk is lost), also when a C loop such as
+    /// `list(iter(request.next, None))` runs no Python code between the calls.
     fn next(&self, py: Python<'_>) -> PyResult<Option<ChunkTuple>> {
+        py.check_signals()?;
         loop {
             match py.detach(|| self.handle.next_event(Some(SIGNAL_CHECK))) {
                 Poll::Event(event) => return chunk(event, self.with_steps).map(Some),
