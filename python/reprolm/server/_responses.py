@@ -69,11 +69,12 @@ class Usage(_Out):
 
 
 class CompletionLogprobs(_Out):
-    """The legacy completions ``logprobs`` object: one entry per generated token."""
+    """The legacy completions ``logprobs`` object: one entry per token, generated or (with
+    ``echo``) of the prompt, whose first token has ``null`` entries (nothing precedes it)."""
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[Optional[float]]
+    top_logprobs: list[Optional[dict[str, float]]]
     text_offset: list[int]
 
 
