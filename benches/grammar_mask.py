@@ -1,4 +1,4 @@
-"""Constrained decoding cost (issue 14's benchmark): the grammar mask per step on the model's
+"""Constrained decoding cost: the grammar mask per step on the model's
 real vocabulary, and constrained against unconstrained decode speed.
 
 For a JSON Schema, a regular expression and a Lark grammar, the script generates a few

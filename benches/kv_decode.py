@@ -1,9 +1,9 @@
-"""Decode speed against context position, f32 and f16 KV cache (issue 5's benchmark).
+"""Decode speed against context position, f32 and f16 KV cache.
 
 For each cache type, one session (context 8192) is prefilled to each position P in turn;
 at P it decodes ``--steps`` single tokens (after one warm-up), records the median time per
 token, then truncates back to P and prefills on to the next position. The attention part
-of a step grows linearly with P (theorem 7.3: 2 t d multiplications per layer at
+of a step grows linearly with P (docs/theory.md, "The KV cache": 2 t d multiplications per layer at
 position t), so ms/token should be an affine function of P.
 
 The same token ids run through llama-cpp-python (which has to be importable by the

@@ -1,4 +1,4 @@
-"""Tool-call overhead (issue 32's benchmark): decode speed of a constrained tool call against
+"""Tool-call overhead: decode speed of a constrained tool call against
 unconstrained generation of the same length, and time to first token with 10 tools in the
 prompt.
 

@@ -648,7 +648,7 @@ class Model:
 
 
 class Session:
-    """One sequence and its KV cache (the chapter's definition 7.1), fed incrementally.
+    """One sequence and its KV cache , fed incrementally.
 
     Whatever path a sequence takes here (one prefill, prefills in chunks, steps, prefix
     reuse after :meth:`truncate` or :meth:`generate`, :meth:`save` then :meth:`load`), the

@@ -1,4 +1,4 @@
-"""Quantizing and dequantizing GGUF models, with the error report of the chapter's section 8.
+"""Quantizing and dequantizing GGUF models, with an error report against the uniform quantizer's bounds (docs/theory.md).
 
 >>> report = reprolm.quantize("model.gguf", "model.q8_0.gguf", type="q8_0", report_text="Hello")
 >>> print(report.table())
@@ -127,7 +127,7 @@ def quantize(
     ``general.file_type`` updated).
 
     ``scheme="minmax"`` uses ggml's reference rules, bit-exact with ``llama-quantize``.
-    ``scheme="uniform"`` (``type="q4_1"`` only) is the chapter's definition 8.1 per block of 32:
+    ``scheme="uniform"`` (``type="q4_1"`` only) is the b-bit uniform quantizer per block of 32:
     levels evenly spaced on [-a, a] with a = max|w|, or the ``clip``-th percentile of |w|
     (0 < clip <= 100) with the values beyond ±a clipped. ``output_type`` is the type of the
     embedding/output matrix (default ``"q8_0"``; also ``"f16"``, ``"bf16"``, ``"f32"``).

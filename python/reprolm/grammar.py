@@ -2,7 +2,7 @@
 :class:`GrammarMatcher` (one sequence's position in a grammar, for custom decoding loops).
 
 At every step the grammar gives the set S of tokens that can continue the text; the sampler
-restricts the model's distribution to S (the chapter's proposition 5.2: inside S the
+restricts the model's distribution to S (truncation is conditioning: inside S the
 probability ratios are kept) in its first stage, together with ``allowed_token_ids`` /
 ``banned_token_ids``, before temperature, top-k, top-p and min-p; the chosen token is fed
 back to the grammar. The end-of-sequence token is in S exactly where the grammar accepts

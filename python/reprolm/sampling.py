@@ -1,4 +1,4 @@
-"""Sampling as the inference chapter defines it (sections 3 to 6).
+"""Sampling as docs/theory.md defines it.
 
 Pipeline order, fixed: repetition / frequency / presence penalties and logit bias, then the
 allowed / banned masks -> temperature (softmax in float64; temperature 0 is greedy: argmax,

@@ -1,4 +1,4 @@
-"""Session files are written atomically (issue 17): a process killed while saving never leaves
+"""Session files are written atomically: a process killed while saving never leaves
 a half-written file under the target name; the file there is always a whole, loadable state."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several prompts at once (issue 6, item 4): each result is the same bits as alone."""
+"""Several prompts at once: each result is the same bits as alone."""
 
 from __future__ import annotations
 

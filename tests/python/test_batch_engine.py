@@ -1,4 +1,4 @@
-"""The batch engine (issue 11): requests submitted from several threads at staggered times run
+"""The batch engine: requests submitted from several threads at staggered times run
 together and each gives the bits of that request run alone; a bad request fails alone;
 cancelling frees its cache at once and memory stays flat over thousands of requests."""
 

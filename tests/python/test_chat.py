@@ -1,4 +1,4 @@
-"""Chat templates (issue 6, item 3)."""
+"""Chat templates."""
 
 from __future__ import annotations
 

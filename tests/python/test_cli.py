@@ -1,4 +1,4 @@
-"""The command line, run as a user would (issue 6, item 6)."""
+"""The command line, run as a user would."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_bad_file_and_bad_settings(tmp_path: Path) -> None:
     ],
 )
 def test_sampling_flags_are_checked_at_any_temperature(flags: list[str], setting: str) -> None:
-    # Issue 17, defect 4: at the default temperature 0 these were silently ignored.
+    # Sampling flags are checked even at the default temperature 0, where they have no effect.
     for command in (["generate", "hi"], ["chat"]):
         out = run(*command, "-n", "1", *flags, stdin="hi\n")
         assert out.returncode == 1, (command, flags, out.stderr)

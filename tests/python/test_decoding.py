@@ -1,4 +1,4 @@
-"""Decoding strategies from Python (issue 3): proposition 3.3 on CallableModel, beam search on
+"""Decoding strategies from Python: greedy is not always the most probable sequence (CallableModel), beam search on
 the real model, per-step statistics (logprobs=N), and CallableModel's contract."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def table_model(table: dict[tuple[int, ...], list[float]], vocab: int) -> reprol
     return reprolm.CallableModel(lambda prefix: np.log(table[tuple(prefix[1:])]), vocab)
 
 
-# Proposition 3.3's proof, part 1: V = {a, b}, n = 2.
+# Greedy against the most probable sequence: V = {a, b}, n = 2.
 COUNTEREXAMPLE_1 = {(): [0.6, 0.4], (A,): [0.55, 0.45], (B,): [0.9, 0.1]}
 # Part 4: V = {a, b, c}, n = 2, B = 2.
 COUNTEREXAMPLE_2 = {

@@ -39,7 +39,7 @@ _FIRST_USE = "import reprolm; reprolm.Model.default(); print('loaded')"
 
 
 def test_first_model_default_shows_progress_on_a_terminal(tmp_path: Path) -> None:
-    # Issue 17, defect 7: the fetch inside the first Model.default() was silent.
+    # The fetch inside the first Model.default() shows its progress.
     import os
     import pty
     import subprocess

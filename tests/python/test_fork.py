@@ -1,4 +1,4 @@
-"""Fork safety (issue 17): a model loaded, and used, before os.fork() keeps working in the
+"""Fork safety: a model loaded, and used, before os.fork() keeps working in the
 child, with the same bits: the child has none of the parent's worker or engine threads, so its
 pool runs on the calling thread and it starts a batch engine of its own."""
 

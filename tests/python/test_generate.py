@@ -1,4 +1,4 @@
-"""Greedy generation against the reference continuations (issue 2, item 3)."""
+"""Greedy generation against the reference continuations."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_greedy_reproduces_reference(model: reprolm.Model, generations: list[dic
 
 
 def test_the_ending_token_adds_no_text(model: reprolm.Model, generations: list[dict[str, Any]]) -> None:
-    # Issue 17, defect 3: the text (and the stream) used to end with "<|im_end|>".
+    # The text (and the stream) must not end with the ending token's text "<|im_end|>".
     g = next(g for g in generations if g["greedy_ids"][-1] == model.config.eos_id)
     for got in (model.generate(g["prompt_ids"], max_tokens=64),
                 model.session().generate(g["prompt_ids"], max_tokens=64)):

@@ -1,5 +1,5 @@
 """GGUF reading: dequantization bit-exact against the `gguf` package, and bad files raising
-typed errors instead of crashing or hanging (issue 2, items 5 and 6)."""
+typed errors instead of crashing or hanging."""
 
 from __future__ import annotations
 

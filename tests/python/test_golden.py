@@ -1,4 +1,4 @@
-"""Same bits on every machine (issue 17): the default model's logits on a few prompts hash to
+"""Same bits on every machine: the default model's logits on a few prompts hash to
 the values committed in tests/data/golden_logits.json, for float32 and int8, on every kernel
 path this CPU has. (The sessions that build reprolm run on different CPUs: AMD Zen 4, Intel
 Xeon.) A deliberate change of numerics rewrites the file (`python scripts/golden_logits.py

@@ -1,7 +1,8 @@
-"""Constrained decoding (issue 14): grammars as the restriction of the chapter's note 9.1.
+"""Constrained decoding: a grammar restricts the next-token distribution to its allowed set
+(docs/theory.md, "Truncation is conditioning").
 
 - JSON Schemas: every completed output parses and validates (``jsonschema``);
-- proposition 5.2: with a grammar mask S the final distribution is the unconstrained one
+- restriction: with a grammar mask S the final distribution is the unconstrained one
   restricted to S and renormalized, and temperature / top-k / top-p act on the restricted one;
 - regular expressions and choices: outputs match fully; a grammar of one string forces it;
 - bad grammars raise GrammarError before any token; the bits do not depend on the thread
@@ -137,7 +138,7 @@ def _distribution_from_steps(step: reprolm.StepInfo, vocab_size: int) -> np.ndar
 def test_proposition_5_2_the_grammar_restricts_the_distribution(model: reprolm.Model, sampler: Sampler) -> None:
     """At each step with grammar mask S, the distribution the token was drawn from is
     softmax(z / tau) restricted to S and renormalized, then top-k and top-p on that
-    restricted distribution (the chapter's definitions, through the reference functions)."""
+    restricted distribution (the definitions of docs/theory.md, through the reference functions)."""
     vocab = model.config.vocab_size
     grammar = Grammar.json_schema({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                                                     "n": {"type": "integer"}}, "required": ["name", "n"]})

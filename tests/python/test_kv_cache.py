@@ -1,8 +1,8 @@
-"""The KV cache, sessions and the chapter's section 7 (issue 5).
+"""The KV cache and sessions (docs/theory.md, "The KV cache").
 
-1. Theorem 7.2 to the bit: one prefill, chunked prefills, prefix reuse after truncate and a
+1. Correctness of the cache to the bit: one prefill, chunked prefills, prefix reuse after truncate and a
    restored session give identical logits.
-2. Theorem 7.3: ``kv_bytes`` here; the counted multiplications in ``tests/op_counts.rs``
+2. Cost and size: ``kv_bytes`` here; the counted multiplications in ``tests/op_counts.rs``
    (``cargo test --release --features count-ops --test op_counts``).
 3. Sliding window: identical to no window while everything fits, else equal to a float64
    reference that attends to exactly the kept positions.
@@ -69,7 +69,7 @@ def chunks(ids: list[int], size: int) -> list[list[int]]:
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
-# 1. Theorem 7.2 to the bit --------------------------------------------------------------
+# 1. Correctness to the bit ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", [1, 3, 7, 64])
@@ -182,7 +182,7 @@ def test_restored_session_continues_bitwise(
     assert np.array_equal(session.prefill(ids[45:]), full[-1])
 
 
-# 2. Theorem 7.3, part 4 ---------------------------------------------------------------
+# 2. Cache size -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kv_dtype,size", [("f32", 4), ("f16", 2)])

@@ -1,4 +1,4 @@
-"""Logits against the float32 reference and their determinism (issue 2, items 2 and 4)."""
+"""Logits against the float32 reference and their determinism."""
 
 from __future__ import annotations
 

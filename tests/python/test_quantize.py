@@ -1,6 +1,6 @@
-"""The quantization tool (issue 4: quantize, convert, report; tests 3 to 5): bit-exactness with
+"""The quantization tool (quantize, convert, report): bit-exactness with
 ggml's reference rules as the `gguf` package implements them, valid output per the `gguf`
-reader, the report against proposition 8.2, generation from quantized models, the CLI, and
+reader, the report against the uniform quantizer's error bound (docs/theory.md), generation from quantized models, the CLI, and
 typed errors for bad input."""
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def test_uniform_report_against_proposition_8_2(
         assert math.isclose(t.frobenius_bound, t.step / 2 * math.sqrt(t.n_values), rel_tol=1e-12)
         assert math.isclose(t.frobenius_estimate, t.step * math.sqrt(t.n_values / 12), rel_tol=1e-12)
         if t.type == "Q4_1":
-            # Definition 8.1 with the stored scales: nothing outside the levels, nothing over d/2.
+            # The uniform quantizer with the stored scales: nothing outside the levels, nothing over d/2.
             assert (t.n_outside, t.n_over_bound, t.n_clipped) == (0, 0, 0), t.name
             assert t.bound_ratio <= 1.0
             # The uniform-error model fits within a few percent.
@@ -222,7 +222,7 @@ def test_cli_quantize_report_and_convert(model_path: Path, out_dir: Path, capsys
 
 
 def test_cli_warns_when_requantizing(model_path: Path, out_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Issue 17, defect 7: Q4_1 to Q8_0 said nothing about requantizing quantized weights.
+    # Q4_1 to Q8_0 requantizes already quantized weights: the CLI must say so.
     assert main(["quantize", str(model_path), str(out_dir / "requantized.gguf"), "--type", "q8_0"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("reprolm: warning: ") and "already quantized (Q4_1, Q8_0)" in err

@@ -1,4 +1,4 @@
-"""Batch generation over Ray Data (issue 16): a row's output depends only on the row and the
+"""Batch generation over Ray Data: a row's output depends only on the row and the
 model file, never on the batch size, the number of actors, or an actor dying and being
 retried; bad rows get an error value and the others complete; the Ray processes the tests
 start are gone afterwards.

@@ -1,4 +1,4 @@
-"""The chapter's sampling sections through the public Python API (issue 3, tests 2 to 6).
+"""Sampling as docs/theory.md defines it, through the public Python API.
 
 Every function used here is a thin binding of the Rust code that generation runs, so these
 tests check the generation path itself from Python.
@@ -27,7 +27,7 @@ from reprolm import sampling
 PROPERTY = settings(max_examples=150, deadline=None)
 
 # ---------------------------------------------------------------------------------------------
-# Theorem 4.2 and example 4.3: temperature.
+# Temperature (docs/theory.md, "Temperature").
 
 
 def test_example_4_3_table_to_four_decimals() -> None:
@@ -141,7 +141,7 @@ def test_exercise_10_2() -> None:
 
 
 def ranking(p: Sequence[float]) -> list[int]:
-    """Definition 5.1's pi: probability descending, ties by ascending id."""
+    """The ranking pi: probability descending, ties by ascending id."""
     return sorted(range(len(p)), key=lambda i: (-p[i], i))
 
 
@@ -163,7 +163,7 @@ def test_theorem_5_4_top_p_is_minimal_and_monotone_with_ties(p: list[float], ext
     c = list(itertools.accumulate(exact[i] for i in pi))  # exact cumulative sums c_j
     subsets = [s for r in range(n + 1) for s in itertools.combinations(range(n), r)]
 
-    # Definition 5.1: top-k is the first k of pi.
+    # Top-k is the first k of pi.
     for k in range(1, n + 1):
         assert sampling.top_k_set(p, k) == pi[:k]
 
@@ -212,7 +212,7 @@ def test_proposition_5_2_restriction_is_conditioning(z: list[float], members: li
 
 
 # ---------------------------------------------------------------------------------------------
-# Proposition 6.1: sampling is faithful, and it is the inverse CDF over token ids.
+# Drawing a token is faithful: it is the inverse CDF over token ids.
 
 CHAPTER_LOGITS = np.array([3.0, 2.5, 1.0, 0.2, -1.0, -2.0], dtype=np.float32)
 # Upper 0.001 quantiles of chi-square with 1..5 degrees of freedom.
@@ -225,7 +225,7 @@ CHI_SQUARE_999 = [10.828, 13.816, 16.266, 18.467, 20.515]
     ids=["plain", "top-k", "top-p", "min-p"],
 )
 def test_generated_tokens_follow_q_by_chi_square(settings_: dict[str, Any]) -> None:
-    """200,000 tokens generated on a model whose logits are always the chapter's: 200 seeded
+    """200,000 tokens generated on a model whose logits are always the same fixed vector: 200 seeded
     generations of 1,000 tokens (draws uniform(seed, t) for t < 1000), so the counts are
     deterministic. The counts must fit q at the 0.001 level."""
     sampler = reprolm.Sampler(temperature=0.8, seed=0, **settings_)

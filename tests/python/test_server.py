@@ -1,4 +1,4 @@
-"""``reprolm serve`` (issue 12) through the real ``openai`` client and raw HTTP: the endpoints
+"""``reprolm serve`` through the real ``openai`` client and raw HTTP: the endpoints
 and fields work and match the library bit for bit, bad requests get 4xx naming the field and
 the server keeps serving, a client that goes away frees its sequence, over capacity gets 429,
 SIGTERM finishes in-flight requests. Every server runs in a subprocess on a free loopback port."""

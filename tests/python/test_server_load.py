@@ -1,4 +1,4 @@
-"""Determinism under load (issue 12): 200 requests from 32 concurrent client threads, mixed
+"""Determinism under load: 200 requests from 32 concurrent client threads, mixed
 greedy and seeded sampling, completions and chat, streamed and not, several choices, stop
 strings and logprobs; every answer equals, byte for byte, the same request sent alone to the
 idle server, and none fails. Loopback only; the loops are bounded."""

@@ -1,4 +1,4 @@
-"""Speculative decoding through the Python API (issue 13): the same completions and chunks as
+"""Speculative decoding through the Python API: the same completions and chunks as
 plain decoding, statistics on the results, the CLI flags, typed errors, and an end-to-end
 chi-square check of speculative sampling on CallableModels over 50,000 runs (the 200,000-run tests
 are in Rust, tests/speculative_exact.rs, on the same acceptance code)."""

@@ -1,4 +1,4 @@
-"""Streaming and stop strings (issue 6, items 1 and 2)."""
+"""Streaming and stop strings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Static types (issue 6): mypy --strict on the package and on the examples of the README and
+"""Static types: mypy --strict on the package and on the examples of the README and
 the docs, and stubtest on the extension module's stub. (The examples are run by
 test_docs_examples.py.)"""
 

@@ -1,4 +1,4 @@
-"""The chat page of ``reprolm serve`` (issue 34) in a real browser: headless Chromium from
+"""The chat page of ``reprolm serve`` in a real browser: headless Chromium from
 Debian's packages driven by Selenium, against the real server on a loopback port.
 
 The page asks for the API key and refuses cleanly without it; a reply streams in, replays to

@@ -1,6 +1,6 @@
-"""The wheel installs into a fresh virtual environment and generates (issue 6, item 7): one
+"""The wheel installs into a fresh virtual environment and generates: one
 abi3 wheel for CPython 3.9 and later, stripped, tagged manylinux2014 (glibc 2.17, so Ubuntu
-20.04 and RHEL 8 too; issue 17, defect 8).
+20.04 and RHEL 8 too).
 
 The test command (scripts/test.sh) builds that wheel into dist/ with maturin and zig and
 installs it; this test takes it from there, or builds it the same way when run on its own.
