@@ -36,7 +36,8 @@ cargo test --profile fasttest
 # The fuzz corpora replayed, then 4 s of corpus mutations per target (the default is 10): a
 # smoke test that the targets build and run; the long campaigns are fuzz/fuzz.sh's.
 REPROLM_FUZZ_SMOKE_SECONDS=4 bash fuzz/smoke.sh
-# Counting mode (the chapter's theorem 7.3 against the multiplications the kernels perform).
+# Counting mode (the KV cache's cost formulas, docs/theory.md, against the multiplications the
+# kernels perform).
 cargo test --profile fasttest --features count-ops --test op_counts
 # The documentation site (docs/, mkdocs.yml; mkdocs and its plugins come with the test extra):
 # strict mode fails on any warning, such as a broken link or anchor or an API reference that

@@ -1,11 +1,11 @@
 //! Counting mode (cargo feature `count-ops`): the kernels count the scalar multiplications
-//! they perform, per transformer layer, so tests can check the chapter's theorem 7.3 against
-//! what the engine actually did.
+//! they perform, per transformer layer, so tests can check the KV cache's cost formulas
+//! (docs/theory.md, "The KV cache") against what the engine actually did.
 //!
-//! What is counted is the chapter's rule: one multiplication per (weight or key or value
+//! What is counted is docs/theory.md's rule: one multiplication per (weight or key or value
 //! element) x (activation or query or attention weight) product, i.e. `rows * tokens * cols`
 //! for a matrix product ([`crate::kernels::matmul_rows`]) and `keys * head_dim` for the
-//! weighted sum of values ([`crate::kernels::weighted_row_sums`]). Like the chapter,
+//! weighted sum of values ([`crate::kernels::weighted_row_sums`]). Like that rule,
 //! it leaves out normalisation, RoPE, softmax, the SwiGLU gate and the per-group scale
 //! products of quantized weights (part of reading a weight, not of the matrix product).
 //!

@@ -180,7 +180,7 @@ impl Default for SessionOptions {
 /// Invariant: the cache holds the keys and values of `tokens[..cache.len()]`. After a
 /// truncation that a full sliding window cannot serve (it has already overwritten keys the
 /// kept prefix needs), the cache restarts empty and the next call recomputes the prefix,
-/// which gives the same bits as if it had never been dropped (theorem 7.2).
+/// which gives the same bits as if it had never been dropped (docs/theory.md, "The KV cache").
 pub struct Session {
     pub(crate) engine: Arc<Engine>,
     pub(crate) cache: KvCache,
@@ -230,7 +230,8 @@ impl Session {
         self.cache.kv_bytes()
     }
 
-    /// Drops every token from `n` on; the prefix before it stays valid (theorem 7.2).
+    /// Drops every token from `n` on; the prefix before it stays valid (causality: a position's
+    /// keys and values depend only on the tokens up to it).
     pub fn truncate(&mut self, n: usize) {
         let n = n.min(self.tokens.len());
         self.tokens.truncate(n);
@@ -294,7 +295,7 @@ impl Session {
 
     /// Logits for the token after `context`, reusing the cached prefix that `context` shares
     /// with what this session has processed and computing only the rest (the cache is valid
-    /// up to the first changed token, theorem 7.2).
+    /// up to the first changed token, docs/theory.md, "The KV cache").
     pub fn next_logits(&mut self, context: &[u32]) -> Result<&[f32]> {
         let start = self.reuse_prefix(context)?;
         self.feed(&context[start..])
@@ -303,7 +304,7 @@ impl Session {
     /// Computes up to `max_tokens` more of `context` (all but its last token, which
     /// [`Session::next_logits`] computes), reusing the shared cached prefix like it; returns
     /// how many of them are still left. Splitting the work this way changes no bits
-    /// (theorem 7.2); it lets a caller stop between blocks.
+    /// (each row gets the bits of a full recomputation); it lets a caller stop between blocks.
     pub fn prefill_part(&mut self, context: &[u32], max_tokens: usize) -> Result<usize> {
         let start = self.reuse_prefix(context)?;
         let end = (context.len() - 1).min(start + max_tokens);

@@ -1,5 +1,6 @@
-//! Decoding: proposition 3.3 on the chapter's toy models, beam width 1 = greedy, exhaustive
-//! beams = brute force, EOS handling and the token loop.
+//! Decoding: greedy and narrow beams missing the most probable sequence on the toy models of
+//! docs/theory.md, "Greedy decoding and beam search", beam width 1 = greedy, exhaustive beams =
+//! brute force, EOS handling and the token loop.
 
 use crate::toy;
 
@@ -14,14 +15,14 @@ const A: u32 = 0;
 const B: u32 = 1;
 const C: u32 = 2;
 
-/// Proposition 3.3's proof, part 1: V = {a, b}, n = 2.
-fn counterexample_1() -> TableModel {
+/// Greedy decoding misses the most probable sequence: V = {a, b}, n = 2.
+fn greedy_counterexample() -> TableModel {
     let table = HashMap::from([(vec![], vec![0.6, 0.4]), (vec![A], vec![0.55, 0.45]), (vec![B], vec![0.9, 0.1])]);
     TableModel { vocab: 2, table }
 }
 
-/// Proposition 3.3's proof, part 4: V = {a, b, c}, n = 2, B = 2.
-fn counterexample_2() -> TableModel {
+/// Beam width 2 misses the most probable sequence: V = {a, b, c}, n = 2, B = 2.
+fn beam_counterexample() -> TableModel {
     let table = HashMap::from([
         (vec![], vec![0.4, 0.35, 0.25]),
         (vec![A], vec![0.4, 0.3, 0.3]),
@@ -69,8 +70,8 @@ fn brute_force(model: &mut impl LanguageModel, prompt: &[u32], n: usize) -> (Vec
 }
 
 #[test]
-fn proposition_3_3_1_greedy_misses_the_most_probable_sequence() {
-    let mut model = counterexample_1();
+fn greedy_misses_the_most_probable_sequence() {
+    let mut model = greedy_counterexample();
     assert_eq!(greedy(&mut model, &[0], 2), vec![A, A]);
     let (best, logprob) = brute_force(&mut model, &[0], 2);
     assert_eq!(best, vec![B, A]);
@@ -83,8 +84,8 @@ fn proposition_3_3_1_greedy_misses_the_most_probable_sequence() {
 }
 
 #[test]
-fn proposition_3_3_4_beam_width_2_misses_ca() {
-    let mut model = counterexample_2();
+fn beam_width_2_misses_ca() {
+    let mut model = beam_counterexample();
     assert_eq!(greedy(&mut model, &[0], 2), vec![A, A]);
     let narrow = beam_search(&mut model, &[0], 2, 2, 0.0).unwrap();
     assert_eq!(narrow[0].ids, vec![A, A]);
@@ -93,7 +94,7 @@ fn proposition_3_3_4_beam_width_2_misses_ca() {
     let (best, logprob) = brute_force(&mut model, &[0], 2);
     assert_eq!(best, vec![C, A]);
     assert!((logprob.exp() - 0.225).abs() < 1e-6);
-    // B = 3 = |V|^(n-1) finds it (proposition 3.3.3).
+    // B = 3 = |V|^(n-1) finds it (an exhaustive width).
     assert_eq!(beam_search(&mut model, &[0], 3, 2, 0.0).unwrap()[0].ids, vec![C, A]);
 }
 
@@ -134,7 +135,7 @@ fn exhaustive_beam_width_finds_the_most_probable_sequence() {
 }
 
 #[test]
-fn proposition_3_3_5_at_most_n_times_b_model_calls() {
+fn beam_search_makes_at_most_n_times_b_model_calls() {
     let mut model = HashModel::new(50, None, 5);
     let (n, width) = (6, 3);
     beam_search(&mut model, &[1], width, n, 0.0).unwrap();

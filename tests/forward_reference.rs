@@ -58,8 +58,9 @@ fn bitwise_identical_across_threads_chunking_and_isa() {
     }
 }
 
-/// Theorem 7.2 deep into a context: steps through positions 560..600 one at a time (on 1 to
-/// 3 threads) give the bits of one 40-token chunk.
+/// The cached computation gives each row the bits of a full one, deep into a context: steps
+/// through positions 560..600 one at a time (on 1 to 3 threads) give the bits of one 40-token
+/// chunk.
 #[test]
 fn decode_steps_deep_in_a_context_match_a_chunk() {
     let model = load(Isa::best());

@@ -6,7 +6,6 @@ mod toy;
 
 mod architectures;
 mod batch;
-mod chapter;
 mod chat_templates;
 mod decode;
 mod forward_int8;
@@ -25,5 +24,6 @@ mod sampler;
 mod speculative;
 mod speculative_exact;
 mod stream;
+mod theory;
 mod tokenizer;
 mod vocab;

@@ -1,9 +1,10 @@
-//! The chapter's theorem 7.3 checked against the multiplications the engine performs
-//! (counting mode: `cargo test --profile fasttest --features count-ops --test op_counts`).
+//! The KV cache's cost formulas (docs/theory.md, "The KV cache") checked against the
+//! multiplications the engine performs (counting mode:
+//! `cargo test --profile fasttest --features count-ops --test op_counts`).
 //!
 //! # The formula for a Llama layer with grouped-query attention
 //!
-//! The chapter counts `a * b * c` multiplications for an `a x b` by `b x c` product and
+//! docs/theory.md counts `a * b * c` multiplications for an `a x b` by `b x c` product and
 //! nothing for normalisation, activations and softmax. Write `d` = d_model, `h` = query heads,
 //! `h_kv` = KV heads, `d_h = d / h` the head size, `d_kv = h_kv * d_h = d * h_kv / h` and
 //! `f` = the feed-forward width. Processing position `t` (1-based) of a sequence whose
@@ -14,7 +15,7 @@
 //! - scores: each of the `h` heads dots its query with `t` keys of `d_h` numbers: `t d`;
 //!   weighted sum of values: likewise `t d`;
 //! - SwiGLU feed-forward, three matrices (gate and up `d x f`, down `f x d`): `3 d f`
-//!   (the gate product `silu(g) * u` is elementwise, like the chapter's activation).
+//!   (the gate product `silu(g) * u` is elementwise, an activation, not counted).
 //!
 //! so `2 t d + 2 d^2 + 2 d d_kv + 3 d f` per position and, summing `t = 1..n`,
 //!
@@ -23,20 +24,20 @@
 //! ```
 //!
 //! With `h_kv = h` (so `d_kv = d`) and a two-matrix MLP (`2 d f` instead of `3 d f`) this is
-//! the chapter's `d n (n + 1) + n (4 d^2 + 2 d d_ff)`. The LM head (`V x d` per position
+//! docs/theory.md's `d n (n + 1) + n (4 d^2 + 2 d d_ff)`. The LM head (`V x d` per position
 //! whose logits are asked for) lies outside the layers and is counted apart.
 //!
 //! Without a cache, recomputing the whole prefix of length `t` at step `t` costs
 //! `sum_{s <= t} 2 s d + t (2 d^2 + 2 d d_kv + 3 d f)`: the engine's causal attention only
-//! multiplies the `s` keys position `s` may see, where the chapter's `2 t^2 d` also
-//! multiplies the masked upper triangle. Summed over `t = 1..n`:
+//! multiplies the `s` keys position `s` may see, where docs/theory.md's `2 t^2 d` per step
+//! (`d n (n + 1) (2 n + 1) / 3` in all) also multiplies the masked upper triangle. Summed over `t = 1..n`:
 //!
 //! ```text
 //! C_full(n) = d n (n + 1) (n + 2) / 3 + n (n + 1) / 2 * (2 d^2 + 2 d d_kv + 3 d f)
 //! ```
 //!
-//! The cache holds `2 d_kv` numbers per layer and position: `2 L n d_kv` in all (part 4 of
-//! the theorem with `d_kv` numbers per key and per value).
+//! The cache holds `2 d_kv` numbers per layer and position: `2 L n d_kv` in all (`2 L n d`
+//! with `d_kv` numbers per key and per value).
 #![cfg(feature = "count-ops")]
 
 mod common;
@@ -90,7 +91,7 @@ fn generate_cached(engine: &Arc<Engine>, options: &SessionOptions, first: u32, n
 }
 
 #[test]
-fn cached_generation_matches_theorem_7_3() {
+fn cached_generation_costs_the_quadratic_formula() {
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let engine = engine(2);
     let c = engine.config().clone();
@@ -102,7 +103,7 @@ fn cached_generation_matches_theorem_7_3() {
             let counts = count::snapshot(c.n_layers);
             let expected = c_cache(&c, n as u64);
             for (l, &got) in counts.per_layer.iter().enumerate() {
-                assert_eq!(got, expected, "n = {n}, layer {l}: counted {got}, theorem 7.3 gives {expected}");
+                assert_eq!(got, expected, "n = {n}, layer {l}: counted {got}, the formula gives {expected}");
             }
             assert_eq!(counts.outside, (n * c.d_model * c.vocab_size) as u64, "LM head, n = {n}");
             assert_eq!(s.kv_bytes(), 2 * c.n_layers * n * c.d_kv() * dtype.bytes(), "kv_bytes, n = {n}");
@@ -138,7 +139,7 @@ fn recomputing_without_a_cache_costs_the_cubic_formula() {
     let engine = engine(2);
     let c = engine.config().clone();
     for n in [3usize, 8] {
-        // Greedy decoding as definition 3.1 says: the whole sequence from scratch each step.
+        // Greedy decoding without a cache: the whole sequence from scratch each step.
         count::reset();
         let mut ids = vec![1u32];
         for _ in 0..n {
@@ -148,7 +149,7 @@ fn recomputing_without_a_cache_costs_the_cubic_formula() {
         }
         let full = count::snapshot(c.n_layers);
         let cached = generate_cached(&engine, &SessionOptions { context_length: Some(n), ..Default::default() }, 1, n);
-        assert_eq!(cached.tokens(), &ids[..n], "the cache changes nothing in the output (theorem 7.2)");
+        assert_eq!(cached.tokens(), &ids[..n], "the cache changes nothing in the output");
         let (f, k) = (c_full(&c, n as u64), c_cache(&c, n as u64));
         assert!(full.per_layer.iter().all(|&x| x == f), "n = {n}: {:?} != {f}", full.per_layer);
         eprintln!("n = {n}: per layer, without cache {f}, with cache {k}, ratio {:.2}", f as f64 / k as f64);

@@ -1,6 +1,7 @@
-//! The quantization tool against the chapter's section 8 and ggml: the GGUF writer round trip,
-//! proposition 8.2 on random matrices and on SmolLM2's weights, exercise 10.4, the
-//! SmolLM2 -> F32 -> Q4_1 round trip, and the KL ordering of the quantized models.
+//! The quantization tool against docs/theory.md, "Uniform quantization", and ggml: the GGUF
+//! writer round trip, the uniform quantizer's levels and error bounds on random matrices and
+//! on SmolLM2's weights, the SmolLM2 -> F32 -> Q4_1 round trip, and the KL ordering of the
+//! quantized models.
 
 use crate::common;
 
@@ -95,10 +96,10 @@ fn writer_round_trip_reproduces_smollm2_byte_for_byte() {
     assert!(std::fs::read(&dst).unwrap() == std::fs::read(model_path()).unwrap());
 }
 
-// ------------------------------------------------- definition 8.1, proposition 8.2
+// ------------------------------------------ the uniform quantizer and its error bounds
 
 #[test]
-fn exercise_10_4_levels_and_values_are_exact() {
+fn uniform_levels_and_values_are_exact() {
     let q = Uniform::new(1.0, 3).unwrap();
     assert_eq!(q.step(), 2.0 / 7.0);
     let expected: Vec<f64> = [-7.0, -5.0, -3.0, -1.0, 1.0, 3.0, 5.0, 7.0].iter().map(|k| k / 7.0).collect();
@@ -108,7 +109,7 @@ fn exercise_10_4_levels_and_values_are_exact() {
     // 0 is halfway between -1/7 and 1/7: the bound Δ/2 is attained.
     assert_eq!((0.0 - q.quantize(0.0)).abs(), q.step() / 2.0);
     assert_eq!(q.step() / 2.0, 1.0 / 7.0);
-    // Example 8.3: b = 2 has the levels -1, -1/3, 1/3, 1.
+    // b = 2 has the levels -1, -1/3, 1/3, 1.
     assert_eq!(Uniform::new(1.0, 2).unwrap().levels(), vec![-1.0, -1.0 / 3.0, 1.0 / 3.0, 1.0]);
 }
 
@@ -131,7 +132,7 @@ fn step_ratio_is_below_one_half_and_tends_to_it() {
 }
 
 #[test]
-fn proposition_8_2_on_random_matrices() {
+fn uniform_error_bounds_on_random_matrices() {
     let mut rng = Rng(20261010);
     for &(m, n, sigma) in &[(64usize, 48usize, 0.05f64), (33, 17, 1.0), (128, 96, 0.02)] {
         let w: Vec<f64> = (0..m * n).map(|_| rng.normal(sigma)).collect();
@@ -151,7 +152,7 @@ fn proposition_8_2_on_random_matrices() {
             let ex = (0..m).map(|i| (0..n).map(|j| e[i * n + j] * x[j]).sum::<f64>().powi(2)).sum::<f64>().sqrt();
             let xn = x.iter().map(|v| v * v).sum::<f64>().sqrt();
             assert!(ex <= bound * xn);
-            // The uniform-error model (4): ‖E‖_F ≈ Δ·sqrt(mn/12) once the levels are fine
+            // The uniform-error model: ‖E‖_F ≈ Δ·sqrt(mn/12) once the levels are fine
             // compared with the spread of the weights.
             if b >= 4 {
                 let estimate = q.step() * ((m * n) as f64 / 12.0).sqrt();
@@ -161,7 +162,7 @@ fn proposition_8_2_on_random_matrices() {
     }
 }
 
-/// Definition 8.1 with b = 4 per block, as stored in Q4_1, checked against the stored values
+/// The uniform quantizer with b = 4 per block, as stored in Q4_1, checked against the stored values
 /// (see `quantize_row_q4_1_uniform` for the bound d/2 + δ).
 fn check_uniform_blocks(w: &[f32], clip: Option<f64>, nearest_check: bool) -> (usize, usize, usize) {
     let mut bytes = vec![0u8; w.len() / QK * 20];
@@ -214,7 +215,7 @@ fn check_uniform_blocks(w: &[f32], clip: Option<f64>, nearest_check: bool) -> (u
 }
 
 #[test]
-fn proposition_8_2_on_smollm2_weights_as_stored() {
+fn uniform_error_bound_on_smollm2_weights_as_stored() {
     let file = GgufFile::open(model_path()).unwrap();
     let (mut n, mut over) = (0, 0);
     for info in file.tensors().iter().filter(|t| t.dims.len() == 2) {
@@ -225,8 +226,8 @@ fn proposition_8_2_on_smollm2_weights_as_stored() {
         over += o;
     }
     eprintln!("{n} weights: {over} exceed d/2 (by at most δ, half an f32 ulp of the largest level)");
-    // With a = max|w| nothing is clipped; with the 90th percentile (the chapter's outlier
-    // remedy) the tail is clipped and the rest still obeys the bound.
+    // With a = max|w| nothing is clipped; with the 90th percentile (clipping the outliers)
+    // the tail is clipped and the rest still obeys the bound.
     let (w, _) = dequantize_tensor(&file, "blk.0.attn_q.weight");
     let (k, _, c) = check_uniform_blocks(&w, Some(90.0), true);
     eprintln!("blk.0.attn_q.weight, clip 90: {c} of {k} values clipped");
@@ -234,7 +235,7 @@ fn proposition_8_2_on_smollm2_weights_as_stored() {
 }
 
 #[test]
-fn proposition_8_2_on_random_blocks_as_stored() {
+fn uniform_error_bound_on_random_blocks_as_stored() {
     let mut rng = Rng(7);
     let w: Vec<f32> = (0..QK * 4096).map(|i| rng.normal(if i % 97 == 0 { 1.0 } else { 0.02 }) as f32).collect();
     check_uniform_blocks(&w, None, true);

@@ -10,8 +10,8 @@ use reprolm::sampling::{
     SamplerConfig,
 };
 
-/// The chapter's section 6 example: logits and temperature 0.8.
-const CHAPTER_LOGITS: [f32; 6] = [3.0, 2.5, 1.0, 0.2, -1.0, -2.0];
+/// The logits of docs/theory.md, "The sampler on one example" (with temperature 0.8).
+const WORKED_EXAMPLE_LOGITS: [f32; 6] = [3.0, 2.5, 1.0, 0.2, -1.0, -2.0];
 
 fn sampler(config: SamplerConfig, vocab: usize) -> Sampler {
     Sampler::new(config, vocab).unwrap()
@@ -31,10 +31,10 @@ fn sorted(mut ids: Vec<u32>) -> Vec<u32> {
 }
 
 #[test]
-fn chapter_section_6_example_numbers() {
+fn worked_example_at_temperature_0_8_and_top_p_0_95() {
     let config = SamplerConfig { temperature: 0.8, top_p: 0.95, ..SamplerConfig::default() };
-    let q = sampler(config, 6).distribution(&CHAPTER_LOGITS, &[], 0).unwrap();
-    let p = softmax(&to_f64(&CHAPTER_LOGITS), 0.8).unwrap();
+    let q = sampler(config, 6).distribution(&WORKED_EXAMPLE_LOGITS, &[], 0).unwrap();
+    let p = softmax(&to_f64(&WORKED_EXAMPLE_LOGITS), 0.8).unwrap();
     let round = |v: &[f64]| v.iter().map(|x| (x * 1e4).round() / 1e4).collect::<Vec<_>>();
     assert_eq!(round(&p), vec![0.6038, 0.3232, 0.0496, 0.0182, 0.0041, 0.0012]);
     assert_eq!(support(&q), vec![0, 1, 2]);
@@ -57,10 +57,10 @@ fn draws_follow_q_by_chi_square_for_plain_top_k_top_p_and_min_p() {
     let draws = 200_000;
     for (name, config) in configs {
         let mut s = sampler(config, 6);
-        let q = s.distribution(&CHAPTER_LOGITS, &[], 0).unwrap();
+        let q = s.distribution(&WORKED_EXAMPLE_LOGITS, &[], 0).unwrap();
         let mut counts = [0u64; 6];
         for step in 0..draws {
-            counts[s.sample(&CHAPTER_LOGITS, &[], 0, step).unwrap().token as usize] += 1;
+            counts[s.sample(&WORKED_EXAMPLE_LOGITS, &[], 0, step).unwrap().token as usize] += 1;
         }
         let support = support(&q);
         let chi_square: f64 = support
@@ -195,7 +195,7 @@ fn selection_statistics_describe_q() {
         assert!(q[selection.token as usize] > 0.0);
         assert_eq!(selection.logprob, q[selection.token as usize].ln());
         assert!((selection.entropy - entropy(&q).unwrap()).abs() < 1e-12);
-        // Mass removed = 1 - p(S) = TV(p, q) (proposition 5.2.3); exactly 0 when nothing is.
+        // Mass removed = 1 - p(S) = TV(p, q) (restriction is conditioning); exactly 0 when nothing is.
         let removed = total_variation(&p, &q).unwrap();
         assert!((selection.removed_mass - removed).abs() < 1e-14, "{} vs {removed}", selection.removed_mass);
         if case % 2 == 0 {

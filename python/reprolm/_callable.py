@@ -21,7 +21,8 @@ def _no_text(ids: list[int]) -> str:
 
 class CallableModel:
     """A language model given as a function from the context to the next-token logits, for
-    running every decoding strategy on toy models (section 3's counterexamples, for one).
+    running every decoding strategy on toy models (greedy decoding missing the most probable
+    sequence, for one: docs/theory.md, "Greedy decoding and beam search").
 
     ``fn(prefix)`` receives the context so far as a ``list[int]`` (the prompt, then the
     generated ids) and returns the ``vocab_size`` logits of the next token: a 1-D NumPy array

@@ -480,7 +480,7 @@ class Model:
         length_penalty: float = 0.0,
         special: bool = True,
     ) -> list[Beam]:
-        """Beam search (definition 3.2) of width ``beam_width`` over at most ``max_tokens``
+        """Beam search of width ``beam_width`` over at most ``max_tokens``
         tokens: up to ``beam_width`` hypotheses ranked by score, best first.
 
         Scores are log-probabilities at temperature 1 divided by ``len ** length_penalty``.
@@ -652,7 +652,7 @@ class Session:
 
     Whatever path a sequence takes here (one prefill, prefills in chunks, steps, prefix
     reuse after :meth:`truncate` or :meth:`generate`, :meth:`save` then :meth:`load`), the
-    logits for the same tokens are bitwise identical (theorem 7.2).
+    logits for the same tokens are bitwise identical (docs/theory.md, "The KV cache").
     """
 
     def __init__(self, model: Model, core: _core.Session) -> None:

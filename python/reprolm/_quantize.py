@@ -33,7 +33,8 @@ SAMPLE_TEXT = (
 
 @dataclass(frozen=True)
 class TensorReport:
-    """One quantized tensor's error against proposition 8.2.
+    """One quantized tensor's error against the uniform quantizer's bounds (docs/theory.md,
+    "Uniform quantization").
 
     Every block of 32 values has its own step Δ_i (the stored scale |d|). ``step`` is their
     root mean square, so that ``frobenius_bound = step/2 · sqrt(mn)`` and
@@ -54,7 +55,7 @@ class TensorReport:
     """Largest |w - Q(w)| over the tensor (clipped values included)."""
     bound_ratio: float
     """Largest max|e| / (Δ_i/2) over the blocks, for values inside the block's level range:
-    <= 1 where proposition 8.2, 1 holds."""
+    <= 1 where the bound |e| <= Δ/2 holds."""
     n_over_bound: int
     """Values inside their block's level range with |e| > Δ_i/2."""
     n_outside: int
@@ -64,9 +65,9 @@ class TensorReport:
     """Values clipped to ±a by ``clip`` (uniform scheme)."""
     frobenius_error: float
     frobenius_bound: float
-    """(step/2)·sqrt(mn), proposition 8.2, 2."""
+    """(step/2)·sqrt(mn), the Frobenius bound summed over the blocks."""
     frobenius_estimate: float
-    """step·sqrt(mn/12), the uniform-error model of proposition 8.2, 4."""
+    """step·sqrt(mn/12), the Frobenius error when errors are uniform on [-Δ/2, Δ/2]."""
 
     @property
     def max_error_bound(self) -> float:

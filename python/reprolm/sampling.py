@@ -103,7 +103,7 @@ class Sampler:
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     """Added to the given tokens' logits (in float64)."""
     allowed_token_ids: Optional[Sequence[int]] = None
-    """Restrict the choice to these tokens (the conditional distribution, proposition 5.2)."""
+    """Restrict the choice to these tokens (the conditional distribution given them)."""
     banned_token_ids: Sequence[int] = ()
     """Never choose these tokens."""
     seed: int = 0
@@ -196,7 +196,7 @@ def _f64(p: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
 
 def softmax(z: npt.ArrayLike, temperature: float = 1.0) -> npt.NDArray[np.float64]:
-    """softmax(z / temperature) in float64 (definition 4.1); temperature 0 is the point mass
+    """softmax(z / temperature) in float64; temperature 0 is the point mass
     on the argmax (lowest index on ties)."""
     return _core.softmax(_f64(z), float(temperature))
 
@@ -207,12 +207,12 @@ def entropy(p: npt.ArrayLike) -> float:
 
 
 def top_k_set(p: npt.ArrayLike, k: int) -> list[int]:
-    """The k most probable indices (definition 5.1), in ranked order."""
+    """The k most probable indices, in ranked order (probability descending, ties by index)."""
     return _core.top_k_set(_f64(p), int(k))
 
 
 def top_p_set(p: npt.ArrayLike, top_p: float) -> list[int]:
-    """The smallest ranked prefix with exact cumulative mass >= top_p (definition 5.1)."""
+    """The smallest ranked prefix with exact cumulative mass >= top_p."""
     return _core.top_p_set(_f64(p), float(top_p))
 
 

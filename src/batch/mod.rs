@@ -13,7 +13,7 @@
 //!
 //! **Batch invariance.** A row's logits have the same bits whatever else is in the pass (the
 //! kernels give every row one op sequence, attention reads only the row's own cache), a
-//! prompt's split into chunks does not change them (theorem 7.2), and a sequence's sampler draws
+//! prompt's split into chunks does not change them (docs/theory.md, "The KV cache"), and a sequence's sampler draws
 //! `uniform(seed, t)` from its own counter. So a request's tokens, log-probabilities and finish
 //! reason are those of the same request run alone, on any thread count.
 //!

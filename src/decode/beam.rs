@@ -1,4 +1,5 @@
-//! Beam search (definition 3.2) with transformers-style handling of finished hypotheses.
+//! Beam search (docs/theory.md, "Greedy decoding and beam search") with transformers-style
+//! handling of finished hypotheses.
 //!
 //! - Sequence log-probabilities are sums of `log_softmax` values in f64, added left to right.
 //! - Step t ranks the candidates C_t = { (y, v) : y live beam, v token } by log p(y, v)
@@ -16,9 +17,9 @@
 //!   (exact bound: log p only decreases; the length factor is bounded by the remaining steps).
 //!   At `max_tokens`, the live beams join the finished ones as unfinished hypotheses.
 //! - Output: up to B hypotheses by score descending, ties by the lexicographically smaller
-//!   sequence. Without an EOS token and with length_penalty = 0 this is exactly definition
-//!   3.2: B = 1 is greedy decoding, B >= |V|^(n-1) finds the most probable sequence
-//!   (proposition 3.3).
+//!   sequence. Without an EOS token and with length_penalty = 0 this is exactly the beam search
+//!   of docs/theory.md: B = 1 is greedy decoding, B >= |V|^(n-1) finds the most probable
+//!   sequence.
 
 use std::cmp::Ordering;
 

@@ -1,5 +1,5 @@
-//! Decoding drivers over any next-token model: the autoregressive token loop (definition 3.1)
-//! and beam search (definition 3.2).
+//! Decoding drivers over any next-token model: the autoregressive token loop and beam search
+//! (docs/theory.md, "Autoregressive generation" and "Greedy decoding and beam search").
 
 mod beam;
 pub mod sequence;
@@ -81,7 +81,7 @@ pub(crate) fn decoder_for<M: LanguageModel + ?Sized>(model: &M, request: Request
     Ok(SequenceDecoder::new(request, model.eos_id()))
 }
 
-/// Autoregressive generation (definition 3.1) of `request` on `model`, ids only: step t asks
+/// Autoregressive generation of `request` on `model`, ids only: step t asks
 /// the model for the logits after prompt + generated ids and lets the [`SequenceDecoder`]
 /// choose token t with draw `uniform(seed, t)`; stops after the model's EOS token, after a
 /// stop token, or after `max_tokens` tokens. (Stop strings need text: the text-producing

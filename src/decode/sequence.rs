@@ -11,7 +11,7 @@
 //!
 //! With a [`Grammar`], step t first asks the sequence's [`GrammarState`] for the allowed set S,
 //! the sampler restricts the logits to S (with the allowed/banned masks, before temperature
-//! and truncation: proposition 5.2), and the chosen token is fed back to the grammar.
+//! and truncation: conditioning on S), and the chosen token is fed back to the grammar.
 //!
 //! Text is produced incrementally and is always valid UTF-8:
 //! - the [`StreamDecoder`] holds back the bytes of a character split across tokens until it is

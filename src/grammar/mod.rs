@@ -1,8 +1,8 @@
 //! Constrained decoding: grammars as producers of the allowed set S for the next token.
 //!
-//! The inference chapter's note 9.1 describes constrained decoding as restricting the
-//! distribution, at each step, to the set S of tokens the grammar allows there; proposition 5.2
-//! then holds as it is (inside S the probability ratios are kept). Here:
+//! Constrained decoding restricts the distribution, at each step, to the set S of tokens the
+//! grammar allows there: the conditional distribution given S, which keeps the probability
+//! ratios inside S (docs/theory.md, "Truncation is conditioning"). Here:
 //!
 //! - a [`GrammarSpec`] says what the output must be: a JSON Schema, a regular expression, a
 //!   Lark grammar (llguidance's dialect) or a choice among literal strings;

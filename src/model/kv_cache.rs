@@ -1,4 +1,4 @@
-//! The key/value cache (the chapter's definition 7.1): a preallocated ring buffer, one
+//! The key/value cache (docs/theory.md, "The KV cache"): a preallocated ring buffer, one
 //! region per layer and KV head, in f32 or f16.
 //!
 //! # Positions and slots
@@ -276,7 +276,7 @@ impl KvCache {
     }
 
     /// Bytes of keys and values held: `2 * n_layers * n_held * d_kv * bytes per number`
-    /// (the chapter's theorem 7.3, part 4, with `d_kv` numbers per key and per value).
+    /// (docs/theory.md, "The KV cache": `d_kv` numbers per key and per value).
     pub fn kv_bytes(&self) -> usize {
         2 * self.n_layers * self.n_held() * self.n_kv_heads * self.head_dim * self.dtype.bytes()
     }

@@ -33,7 +33,7 @@ use errors::IntoPyResult;
 
 /// Tokens per forward pass when `logits` and `Session.feed` process a long input: Ctrl-C is
 /// checked between blocks (and the GIL taken back), so an interrupt takes effect within one
-/// block. Any split of the input gives the same bits (theorem 7.2).
+/// block. Any split of the input gives the same bits (docs/theory.md, "The KV cache").
 pub(crate) const BLOCK_TOKENS: usize = 256;
 
 /// A loaded model (see `reprolm.Model` for the documented Python API).

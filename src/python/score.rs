@@ -19,7 +19,7 @@ type ScoredTuple = (u32, f64, bool, Vec<(u32, f64)>);
 /// The raw log-probabilities of `ids[start..]`, each given the ids before it (`start >= 1`),
 /// from one fresh forward pass over `ids`: the context before position `start - 1` is computed
 /// without logits, the rest with, in blocks of [`BLOCK_TOKENS`] with Ctrl-C checked between
-/// them (any split gives the same bits, theorem 7.2).
+/// them (any split gives the same bits, docs/theory.md, "The KV cache").
 #[pyfunction]
 #[pyo3(signature = (engine, ids, *, start, top))]
 fn score(py: Python<'_>, engine: &PyEngine, ids: Vec<i64>, start: i64, top: i64) -> PyResult<Vec<ScoredTuple>> {

@@ -5,7 +5,8 @@
 //! These are the "min-max" rules llama.cpp's `llama-quantize` uses without an importance
 //! matrix, and the ones the `gguf` Python package implements.
 //!
-//! How these rules sit with proposition 8.2 (|e| <= Δ/2 for values inside the level range):
+//! How these rules sit with the uniform quantizer's bound (|e| <= Δ/2 for values inside the
+//! level range, docs/theory.md, "Uniform quantization"):
 //! - Q4_0 puts the levels d(q - 8) at [-8, 7]·|d| on the side of the largest-magnitude value v
 //!   (d = v/-8), so values on the other side beyond 7|d| are clipped, by up to one step.
 //! - Codes are chosen with the f32 `d` but decoded with its f16 rounding d16, so a value inside

@@ -1,12 +1,13 @@
-//! Quantizing and dequantizing whole GGUF models (the chapter's section 8).
+//! Quantizing and dequantizing whole GGUF models (docs/theory.md, "Uniform quantization").
 //!
 //! [`quantize_file`] reads a GGUF and writes one whose matrices are Q4_0, Q4_1 or Q8_0, by
 //! ggml's reference rules ([`minmax`], bit-exact with `llama-quantize` without an importance
-//! matrix) or, for Q4_1, by the chapter's uniform quantizer (definition 8.1, [`uniform`]).
+//! matrix) or, for Q4_1, by the b-bit uniform quantizer on [-a, a] ([`uniform`]).
 //! Vectors (norm weights) stay F32 and the embedding/output matrix type is chosen separately.
 //! Metadata is copied in order, with `general.file_type` updated. The [`report`] holds, per
-//! quantized tensor, the error against proposition 8.2's bounds and, given a text, the mean KL
-//! divergence of next-token distributions between the source and the quantized model ([`kl`]).
+//! quantized tensor, the error against the uniform quantizer's bounds and, given a text, the
+//! mean KL divergence of next-token distributions between the source and the quantized model
+//! ([`kl`]).
 //!
 //! [`convert_file`] writes the dequantized model as F32 or F16.
 //!

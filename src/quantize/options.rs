@@ -8,8 +8,8 @@ use crate::tensor::GgmlType;
 pub enum Scheme {
     /// ggml's reference rules (Q4_1: the block's [min, max] in 15 steps), bit-exact.
     MinMax,
-    /// Definition 8.1 per block, range [-a, a] with a = max|w| or, with `clip = Some(P)`, the
-    /// P-th percentile of |w|; stored as Q4_1 (m = -a, d = Δ).
+    /// The b-bit uniform quantizer per block, range [-a, a] with a = max|w| or, with
+    /// `clip = Some(P)`, the P-th percentile of |w|; stored as Q4_1 (m = -a, d = Δ).
     Uniform { clip: Option<f64> },
 }
 
@@ -82,7 +82,7 @@ impl QuantizeOptions {
                     return Err(Error::invalid_argument(
                         "scheme",
                         format!(
-                            "'uniform' (definition 8.1) needs a level offset, which only q4_1 stores (w = d*q + m); got type {}",
+                            "'uniform' needs a level offset, which only q4_1 stores (w = d*q + m); got type {}",
                             type_name
                         ),
                     ));

@@ -1,11 +1,11 @@
-//! Quantization error against proposition 8.2, per tensor.
+//! Quantization error against the uniform quantizer's bounds (docs/theory.md, "Uniform
+//! quantization"), per tensor.
 //!
-//! Each block i of 32 values has its own step Δ_i (the stored |d|), so the chapter's bounds
+//! Each block i of 32 values has its own step Δ_i (the stored |d|), so the bounds
 //! apply block by block: |e| <= Δ_i/2 for values inside the block's level range, and
 //! ‖E‖_F² <= Σ_i 32·Δ_i²/4. With the tensor's step defined as the root mean square of the block
-//! steps, step = sqrt(Σ_i 32·Δ_i² / mn), these sums are exactly the chapter's expressions:
-//! the Frobenius bound (step/2)·sqrt(mn) and the uniform-model estimate step·sqrt(mn/12)
-//! (proposition 8.2, 2 and 4).
+//! steps, step = sqrt(Σ_i 32·Δ_i² / mn), these sums are exactly the one-step expressions:
+//! the Frobenius bound (step/2)·sqrt(mn) and the uniform-model estimate step·sqrt(mn/12).
 
 use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, QK};
 
@@ -111,12 +111,12 @@ impl ErrorStats {
         self.sum_err_sq.sqrt()
     }
 
-    /// (step/2)·sqrt(mn): proposition 8.2, 2, summed over the blocks.
+    /// (step/2)·sqrt(mn): the Frobenius bound, summed over the blocks.
     pub fn frobenius_bound(&self) -> f64 {
         self.step() / 2.0 * (self.n_values as f64).sqrt()
     }
 
-    /// step·sqrt(mn/12): the uniform-error model of proposition 8.2, 4.
+    /// step·sqrt(mn/12): the Frobenius error when errors are uniform on [-Δ/2, Δ/2].
     pub fn frobenius_estimate(&self) -> f64 {
         self.step() * (self.n_values as f64 / 12.0).sqrt()
     }

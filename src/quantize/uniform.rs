@@ -1,8 +1,9 @@
-//! The chapter's uniform quantizer (definition 8.1) and its block form stored as Q4_1.
+//! The b-bit uniform quantizer (docs/theory.md, "Uniform quantization") and its block form
+//! stored as Q4_1.
 //!
-//! Definition 8.1: for a > 0 and b >= 1 bits, the step is Δ = 2a/(2^b - 1) and the 2^b levels
+//! The quantizer: for a > 0 and b >= 1 bits, the step is Δ = 2a/(2^b - 1) and the 2^b levels
 //! are ℓ_j = -a + jΔ, j = 0..2^b - 1, evenly spaced over [-a, a]; Q(w) is the level nearest to
-//! w. Proposition 8.2: |w - Q(w)| <= Δ/2 on [-a, a]; ‖W - Q(W)‖_F <= (Δ/2)·sqrt(mn);
+//! w. Its error: |w - Q(w)| <= Δ/2 on [-a, a]; ‖W - Q(W)‖_F <= (Δ/2)·sqrt(mn);
 //! Δ_{b+1}/Δ_b = (2^b - 1)/(2^{b+1} - 1) < 1/2, tending to 1/2; under the uniform-error model
 //! Var(e) = Δ²/12, so ‖W - Q(W)‖_F ≈ Δ·sqrt(mn/12).
 //!
@@ -16,7 +17,7 @@ use half::f16;
 use crate::error::{Error, Result};
 use crate::tensor::{BlockQ4_1, QK};
 
-/// Definition 8.1: the b-bit uniform quantizer on [-a, a].
+/// The b-bit uniform quantizer on [-a, a].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Uniform {
     a: f64,
@@ -145,10 +146,10 @@ fn f16_down(x: f16) -> f16 {
     }
 }
 
-/// The Q4_1 scale pair that represents definition 8.1 with b = 4 on [-a, a] (a > 0): m is the
-/// largest f16 <= -a and d the smallest f16 with m + 15d >= a. Rounding outward keeps every
-/// w in [-a, a] inside the stored level range, at the price of a step d >= Δ = 2a/15 that is
-/// larger by a relative 2^-10 at most. None if a is beyond the f16 range.
+/// The Q4_1 scale pair that represents the uniform quantizer with b = 4 on [-a, a] (a > 0): m
+/// is the largest f16 <= -a and d the smallest f16 with m + 15d >= a. Rounding outward keeps
+/// every w in [-a, a] inside the stored level range, at the price of a step d >= Δ = 2a/15
+/// that is larger by a relative 2^-10 at most. None if a is beyond the f16 range.
 pub fn q4_1_range(a: f64) -> Option<(f16, f16)> {
     let mut m = f16::from_f64(-a);
     if m.to_f64() > -a {
@@ -166,21 +167,21 @@ pub fn q4_1_range(a: f64) -> Option<(f16, f16)> {
     d.is_finite().then_some((d, m))
 }
 
-/// Definition 8.1 with b = 4 on each block of 32, stored as Q4_1 (m = -a, d = Δ).
+/// The uniform quantizer with b = 4 on each block of 32, stored as Q4_1 (m = -a, d = Δ).
 ///
 /// The range is a = max|w| of the block, or with `clip = Some(P)` the P-th [`percentile`] of
-/// |w| (values beyond ±a are first clipped to ±a, the chapter's outlier example). A block with
-/// a = 0 is stored as d = m = 0.
+/// |w| (values beyond ±a are first clipped to ±a, so that outliers do not stretch the step).
+/// A block with a = 0 is stored as d = m = 0.
 ///
-/// How f16 storage changes proposition 8.2: d and m are rounded outward ([`q4_1_range`]), so
-/// the stored levels m + jd cover [-a, a] with a step d >= Δ, and each value gets the code of
-/// the stored level nearest to it, as the dequantizer computes that level: fl32(d·j + m), where
-/// d·j is exact (11 x 4 bits) and the sum is rounded once. Hence for every w in [-a, a]
+/// How f16 storage changes the bound |w - Q(w)| <= Δ/2: d and m are rounded outward
+/// ([`q4_1_range`]), so the stored levels m + jd cover [-a, a] with a step d >= Δ, and each
+/// value gets the code of the stored level nearest to it, as the dequantizer computes that
+/// level: fl32(d·j + m), where d·j is exact (11 x 4 bits) and the sum is rounded once. Hence for every w in [-a, a]
 ///
 ///   |w - Q(w)| <= d/2 + δ,   δ = 2^-24 · max(|m|, |m + 15d|),
 ///
-/// the chapter's bound with the stored step d in place of Δ, plus at most half an f32 ulp of
-/// the largest level (δ/d <= 2^-24·(a + 15d)/d ~ 2^-21). Returns the number of clipped values.
+/// the bound with the stored step d in place of Δ, plus at most half an f32 ulp of the
+/// largest level (δ/d <= 2^-24·(a + 15d)/d ~ 2^-21). Returns the number of clipped values.
 pub fn quantize_row_q4_1_uniform(x: &[f32], clip: Option<f64>, out: &mut [BlockQ4_1]) -> Result<usize> {
     assert_eq!(x.len(), out.len() * QK);
     let mut clipped = 0;

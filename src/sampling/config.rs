@@ -9,12 +9,12 @@ use crate::sampling::softmax::check_temperature;
 /// The defaults leave every stage off: temperature 1, no truncation, no penalties, seed 0.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
-    /// Temperature tau (definition 4.1); 0 selects the greedy branch (argmax, lowest id on
+    /// Temperature tau (softmax(z / tau)); 0 selects the greedy branch (argmax, lowest id on
     /// ties). Must be finite and >= 0.
     pub temperature: f64,
-    /// Keep the k most probable tokens (definition 5.1); 0 = off.
+    /// Keep the k most probable tokens; 0 = off.
     pub top_k: usize,
-    /// Keep the smallest ranked prefix with cumulative mass >= top_p (definition 5.1), in
+    /// Keep the smallest ranked prefix with exact cumulative mass >= top_p, in
     /// (0, 1]; 1 = off.
     pub top_p: f64,
     /// Keep the tokens with probability >= min_p times the largest probability, in [0, 1];
@@ -34,7 +34,7 @@ pub struct SamplerConfig {
     pub frequency_penalty: f64,
     /// Added (in f64) to the logits of the given tokens; finite values, each id at most once.
     pub logit_bias: Vec<(u32, f64)>,
-    /// When given, only these tokens can be chosen (restriction to a set S, proposition 5.2).
+    /// When given, only these tokens can be chosen (the conditional distribution given S).
     pub allowed_token_ids: Option<Vec<u32>>,
     /// These tokens are never chosen.
     pub banned_token_ids: Vec<u32>,

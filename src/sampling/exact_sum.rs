@@ -3,8 +3,8 @@
 //! Every finite `f64` is an integer multiple of 2^-1074 (the smallest subnormal). [`ExactSum`]
 //! is therefore a plain unsigned fixed-point integer in units of 2^-1074: adding a double
 //! places its 53-bit significand at the right bit offset, with no rounding at all. This is the
-//! "fixed-point superaccumulator" approach; it makes the cumulative sums c_j of definition 5.1
-//! and C_j of proposition 6.1 exact, whatever their order and magnitudes.
+//! "fixed-point superaccumulator" approach; it makes the cumulative sums c_j of top-p and C_j
+//! of inverse-CDF sampling exact, whatever their order and magnitudes.
 //!
 //! Thresholds such as `top_p * p(S)` or `u * p(S)` are products of a double in [0, 1] and an
 //! exact sum. Because every sum is an integer in the same unit, `A >= x * B` holds exactly
@@ -196,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn example_5_6_prefix_is_exactly_the_threshold() {
+    fn top_p_example_prefix_is_exactly_the_threshold() {
         // Naive float summation gives 0.8999999999999999 < 0.9; the exact sum of the three
         // doubles equals the double 0.9.
         assert!(std::hint::black_box(0.5) + 0.2 + 0.2 < 0.9);

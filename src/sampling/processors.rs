@@ -12,10 +12,10 @@
 //! 4. masks: tokens outside `allowed_token_ids` (when given) and in `banned_token_ids` get
 //!    `z = -inf`, and so do the tokens outside the grammar's allowed set at this step (when
 //!    decoding with a grammar, [`restrict_to_bits`]), so the softmax restricts p to the
-//!    intersection S of the allowed sets: p_S, the conditional distribution of proposition 5.2.
+//!    intersection S of the allowed sets: p_S, the conditional distribution given S.
 //!
 //! All arithmetic is f64, left to right as written above. These steps change the order of
-//! the logits, unlike temperature (remark 9.1).
+//! the logits, unlike temperature (which keeps it).
 
 use crate::sampling::config::SamplerConfig;
 

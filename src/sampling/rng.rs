@@ -15,7 +15,7 @@
 //!   takes every multiple of 2^-53 in [0, 1) with equal probability.
 //!
 //! Because u depends on nothing but (seed, step), two samplers with the same seed produce the
-//! same draws in any order, thread or process (proposition 6.3.1).
+//! same draws in any order, thread or process (docs/theory.md, "Drawing a token").
 
 const MULTIPLIERS: [u32; 2] = [0xD251_1F53, 0xCD9E_8D57];
 const KEY_BUMP: [u32; 2] = [0x9E37_79B9, 0xBB67_AE85];

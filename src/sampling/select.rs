@@ -2,7 +2,7 @@
 
 use crate::sampling::exact_sum::ExactSum;
 
-/// Greedy choice (definition 3.2): the lowest id among the maxima of `values`, or `None` when
+/// Greedy choice: the lowest id among the maxima of `values`, or `None` when
 /// every value is -inf (or the slice is empty). `values` contains no NaN.
 pub(crate) fn argmax(values: &[f64]) -> Option<u32> {
     let mut best: Option<(u32, f64)> = None;
@@ -14,9 +14,9 @@ pub(crate) fn argmax(values: &[f64]) -> Option<u32> {
     best.map(|(id, _)| id)
 }
 
-/// Inverse-CDF sampling (proposition 6.1): X = min{ j : C_j >= u } over the survivors, listed
-/// by `support()` as (id, p_j) in ascending id order, where q_j = p_j / normalizer and
-/// C_j = sum_{i <= j} q_i.
+/// Inverse-CDF sampling (docs/theory.md, "Drawing a token"): X = min{ j : C_j >= u } over the
+/// survivors, listed by `support()` as (id, p_j) in ascending id order, where
+/// q_j = p_j / normalizer and C_j = sum_{i <= j} q_i.
 ///
 /// Exact: C_j >= u is decided as A_j = sum_{i <= j} p_i >= T = ceil(u * normalizer) with
 /// [`ExactSum`] semantics, so no rounding of the cumulative sums or of the normalization can

@@ -1,4 +1,4 @@
-//! The temperature stage: softmax of z / tau in f64 (definition 4.1), with its own `exp`.
+//! The temperature stage: softmax of z / tau in f64, with its own `exp`.
 //!
 //! `p_i = e_i / Z` with `e_i = exp((z_i - z_max) / tau)` and `Z = sum_j e_j`, where
 //!
@@ -14,8 +14,8 @@
 //!   add up to 1 within a few ulps.
 //!
 //! Temperature 0 is not a division: it is the greedy branch, a point mass on the lowest-id
-//! argmax (definition 3.2). This is the distribution the sampler then draws from; note that it
-//! differs from the tau -> 0+ limit of theorem 4.2.1 when several logits tie for the maximum.
+//! argmax. This is the distribution the sampler then draws from; note that it differs from the
+//! tau -> 0+ limit (uniform over the argmax set) when several logits tie for the maximum.
 
 use crate::error::{Error, Result};
 #[cfg(target_arch = "x86_64")]
@@ -402,7 +402,7 @@ pub(crate) fn check_temperature(temperature: f64) -> Result<()> {
     }
 }
 
-/// The distribution of temperature `temperature` for logits `z` (definition 4.1), in f64.
+/// The distribution of temperature `temperature` for logits `z`, softmax(z / temperature), in f64.
 ///
 /// Entries of `z` may be -inf (probability 0) but not NaN or +inf. Temperature 0 gives the
 /// greedy point mass on the lowest-id argmax. This is the exact code the sampler runs.
@@ -518,7 +518,7 @@ mod tests {
     }
 
     #[test]
-    fn extreme_temperatures_reach_the_limits_of_theorem_4_2() {
+    fn extreme_temperatures_reach_the_limits() {
         let z = [1.0, 3.0, -2.0, 3.0];
         assert_eq!(softmax(&z, 1e-310).unwrap(), vec![0.0, 0.5, 0.0, 0.5]);
         assert_eq!(softmax(&z, 1e300).unwrap(), vec![0.25; 4]);

@@ -15,13 +15,14 @@ pub(crate) fn check_distribution(p: &[f64]) -> Result<()> {
     Ok(())
 }
 
-/// The entropy H(p) = -sum_i p_i ln p_i in nats (section 2; terms with p_i = 0 are 0).
+/// The entropy H(p) = -sum_i p_i ln p_i in nats (terms with p_i = 0 are 0).
 pub fn entropy(p: &[f64]) -> Result<f64> {
     check_distribution(p)?;
     Ok(-p.iter().filter(|&&x| x > 0.0).map(|&x| x * x.ln()).sum::<f64>())
 }
 
-/// The total variation distance (1/2) sum_i |p_i - q_i| (proposition 5.2.3), summed in id order.
+/// The total variation distance (1/2) sum_i |p_i - q_i|, summed in id order (for a restriction
+/// q = p_S it is the removed mass 1 - p(S): docs/theory.md, "Truncation is conditioning").
 pub fn total_variation(p: &[f64], q: &[f64]) -> Result<f64> {
     check_distribution(p)?;
     check_distribution(q).map_err(|_| Error::invalid_argument("q", "must be a probability vector"))?;

@@ -1,8 +1,9 @@
-//! Truncation: top-k, top-p and min-p sets (definition 5.1) and restriction p_S.
+//! Truncation: top-k, top-p and min-p sets and restriction p_S (docs/theory.md, "Ranking,
+//! top-k and top-p" and "Truncation is conditioning").
 //!
-//! **Ranking.** Tokens are ranked by probability descending, ties by ascending id (definition
-//! 5.1's pi). A candidate is stored as a *rank key*, a `u128` whose ascending order is exactly
-//! that ranking: the high bits are the complement of the probability's bit pattern (the bit
+//! **Ranking.** Tokens are ranked by probability descending, ties by ascending id (the ranking
+//! pi). A candidate is stored as a *rank key*, a `u128` whose ascending order is exactly that
+//! ranking: the high bits are the complement of the probability's bit pattern (the bit
 //! patterns of non-negative doubles are ordered like their values), the low 32 bits the id.
 //!
 //! **Prefixes.** Each truncation keeps a prefix of the ranking: top-k the first k; top-p the
@@ -10,13 +11,14 @@
 //! p_max, a prefix because the ranking sorts by p. A later stage works on the renormalized
 //! survivors of the earlier ones: top-p after a top-k that removed tokens compares the
 //! cumulative sums with rho * p(S_k), i.e. c_j / p(S_k) >= rho. When top-p is the first
-//! truncation, p is the distribution itself and c_j is compared with rho (definition 5.1
-//! takes c_N = 1); if rounding left the exact total of the f64 probabilities below rho, no
-//! prefix qualifies and the whole positive support is kept (theorem 5.4.5's S_1). min-p is
+//! truncation, p is the distribution itself and c_j is compared with rho (mathematically
+//! c_N = 1); if rounding left the exact total of the f64 probabilities below rho, no prefix
+//! qualifies and the whole positive support is kept (the top-p set for rho = 1). min-p is
 //! invariant under renormalization, and p_max always survives top-k and top-p.
 //!
 //! **Exactness.** Every c_j is an [`ExactSum`], and every threshold (rho, rho * p(S_k),
-//! min_p * p_max) is compared exactly, so example 5.6 gives {0, 1, 2} for rho = 0.9.
+//! min_p * p_max) is compared exactly, so p = (0.5, 0.2, 0.2, 0.1) gives {0, 1, 2} for
+//! rho = 0.9.
 //!
 //! **Cost.** The sampler does not sort the vocabulary. Top-p only gathers the tokens above a
 //! floor (a few guesses relative to p_max, then one that provably lies under the nucleus) and
@@ -296,8 +298,8 @@ fn all_keys(p: &[f64]) -> Result<Vec<u128>> {
     Ok(p.iter().enumerate().map(|(id, &prob)| rank_key(prob, id as u32)).collect())
 }
 
-/// The top-k set S^(k) = {pi(1), ..., pi(k)} of definition 5.1, in rank order (probability
-/// descending, ties by ascending id). `k` must be >= 1; k >= N gives every token.
+/// The top-k set S^(k) = {pi(1), ..., pi(k)}, in rank order (probability descending, ties by
+/// ascending id). `k` must be >= 1; k >= N gives every token.
 pub fn top_k_set(p: &[f64], k: usize) -> Result<Vec<u32>> {
     if k == 0 {
         return Err(Error::invalid_argument("k", "must be at least 1"));
@@ -308,10 +310,11 @@ pub fn top_k_set(p: &[f64], k: usize) -> Result<Vec<u32>> {
     Ok(keys.into_iter().map(key_id).collect())
 }
 
-/// The top-p set S_rho = {pi(1), ..., pi(k(rho))} of definition 5.1, in rank order, with the
-/// cumulative sums c_j computed exactly (so example 5.6 gives {0, 1, 2} for rho = 0.9).
-/// `top_p` must be in (0, 1]. If the exact total of `p` falls short of rho (rounding), the
-/// positive support is returned (theorem 5.4.5).
+/// The top-p set S_rho = {pi(1), ..., pi(k(rho))} with k(rho) = min{ j : c_j >= rho }: the
+/// shortest ranked prefix whose exact cumulative mass reaches rho, in rank order (so
+/// p = (0.5, 0.2, 0.2, 0.1) gives {0, 1, 2} for rho = 0.9). `top_p` must be in (0, 1]. If the
+/// exact total of `p` falls short of rho (rounding), the positive support is returned, the set
+/// for rho = 1.
 pub fn top_p_set(p: &[f64], top_p: f64) -> Result<Vec<u32>> {
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(Error::invalid_argument("top_p", format!("must be in (0, 1], got {top_p}")));
@@ -326,8 +329,8 @@ pub fn top_p_set(p: &[f64], top_p: f64) -> Result<Vec<u32>> {
     Ok(keys.into_iter().map(key_id).collect())
 }
 
-/// The restriction p_S of definition 5.1: p_i / p(S) on S, 0 elsewhere (repeated ids count
-/// once). p(S) is summed exactly and rounded once. Requires p(S) > 0.
+/// The restriction p_S, the conditional distribution given S: p_i / p(S) on S, 0 elsewhere
+/// (repeated ids count once). p(S) is summed exactly and rounded once. Requires p(S) > 0.
 pub fn restrict(p: &[f64], set: &[u32]) -> Result<Vec<f64>> {
     let mut keys = all_keys(p)?;
     let mut member = vec![false; p.len()];

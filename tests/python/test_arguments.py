@@ -1,4 +1,4 @@
-"""Wrong arguments raise typed errors that name them (issue 17, defect 6)."""
+"""Wrong arguments raise typed errors that name them."""
 
 from __future__ import annotations
 

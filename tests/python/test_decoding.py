@@ -25,10 +25,11 @@ def table_model(table: dict[tuple[int, ...], list[float]], vocab: int) -> reprol
     return reprolm.CallableModel(lambda prefix: np.log(table[tuple(prefix[1:])]), vocab)
 
 
-# Greedy against the most probable sequence: V = {a, b}, n = 2.
-COUNTEREXAMPLE_1 = {(): [0.6, 0.4], (A,): [0.55, 0.45], (B,): [0.9, 0.1]}
-# Part 4: V = {a, b, c}, n = 2, B = 2.
-COUNTEREXAMPLE_2 = {
+# The toy models of docs/theory.md, "Greedy decoding and beam search".
+# Greedy decoding misses the most probable sequence: V = {a, b}, n = 2.
+GREEDY_COUNTEREXAMPLE = {(): [0.6, 0.4], (A,): [0.55, 0.45], (B,): [0.9, 0.1]}
+# Beam width 2 misses the most probable sequence: V = {a, b, c}, n = 2, B = 2.
+BEAM_COUNTEREXAMPLE = {
     (): [0.4, 0.35, 0.25],
     (A,): [0.4, 0.3, 0.3],
     (B,): [0.4, 0.3, 0.3],
@@ -55,8 +56,8 @@ def brute_force(fn: Callable[[list[int]], Any], vocab: int, prompt: list[int], n
     return scored
 
 
-def test_proposition_3_3_1_greedy_returns_aa_not_ba() -> None:
-    model = table_model(COUNTEREXAMPLE_1, 2)
+def test_greedy_returns_aa_not_ba() -> None:
+    model = table_model(GREEDY_COUNTEREXAMPLE, 2)
     assert model.generate([0], max_tokens=2).token_ids == [A, A]
     best = brute_force(model.fn, 2, [0], 2)[0]
     assert best[1] == (B, A) and abs(math.exp(best[0]) - 0.36) < 1e-6
@@ -67,14 +68,14 @@ def test_proposition_3_3_1_greedy_returns_aa_not_ba() -> None:
     assert [b.token_ids for b in model.beam_search([0], beam_width=1, max_tokens=2)] == [[A, A]]
 
 
-def test_proposition_3_3_4_beam_width_2_misses_ca() -> None:
-    model = table_model(COUNTEREXAMPLE_2, 3)
+def test_beam_width_2_misses_ca() -> None:
+    model = table_model(BEAM_COUNTEREXAMPLE, 3)
     narrow = model.beam_search([0], beam_width=2, max_tokens=2)
     assert narrow[0].token_ids == [A, A] and abs(math.exp(narrow[0].logprob) - 0.16) < 1e-6
     assert all(b.token_ids[0] != C for b in narrow), "c is pruned at step 1"
     best = brute_force(model.fn, 3, [0], 2)[0]
     assert best[1] == (C, A) and abs(math.exp(best[0]) - 0.225) < 1e-6
-    # B = 3 = |V|^(n-1) finds it (3.3.3).
+    # B = 3 = |V|^(n-1) finds it (an exhaustive width).
     assert model.beam_search([0], beam_width=3, max_tokens=2)[0].token_ids == [C, A]
 
 
@@ -95,7 +96,7 @@ def random_model(vocab: int, seed: int, scale: float, eos_id: Optional[int] = No
     scale=st.floats(0.3, 3.0),
     extra=st.integers(0, 1),
 )
-def test_proposition_3_3_3_exhaustive_width_equals_brute_force(
+def test_exhaustive_width_equals_brute_force(
     vocab: int, n: int, seed: int, scale: float, extra: int
 ) -> None:
     model = random_model(vocab, seed, scale)

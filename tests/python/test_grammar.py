@@ -135,7 +135,7 @@ def _distribution_from_steps(step: reprolm.StepInfo, vocab_size: int) -> np.ndar
 
 @pytest.mark.parametrize("sampler", [Sampler(temperature=1.0, seed=3), Sampler(temperature=0.7, top_k=40, top_p=0.9, seed=11)],
                          ids=["plain", "tau-topk-topp"])
-def test_proposition_5_2_the_grammar_restricts_the_distribution(model: reprolm.Model, sampler: Sampler) -> None:
+def test_the_grammar_restricts_the_distribution(model: reprolm.Model, sampler: Sampler) -> None:
     """At each step with grammar mask S, the distribution the token was drawn from is
     softmax(z / tau) restricted to S and renormalized, then top-k and top-p on that
     restricted distribution (the definitions of docs/theory.md, through the reference functions)."""

@@ -149,7 +149,7 @@ def test_convert_f16_is_the_dequantized_model_in_f16(
         assert np.array_equal(np.asarray(a.data).reshape(-1), expected), a.name
 
 
-def test_uniform_report_against_proposition_8_2(
+def test_uniform_report_against_the_error_bounds(
     model_path: Path, source_reader: gguf.GGUFReader, out_dir: Path
 ) -> None:
     dst = out_dir / "uniform.gguf"

@@ -30,7 +30,7 @@ PROPERTY = settings(max_examples=150, deadline=None)
 # Temperature (docs/theory.md, "Temperature").
 
 
-def test_example_4_3_table_to_four_decimals() -> None:
+def test_temperature_table_for_logits_2_1_0_to_four_decimals() -> None:
     table = [
         (0.1, [1.0000, 0.0000, 0.0000], 0.0005),
         (0.5, [0.8668, 0.1173, 0.0159], 0.4411),
@@ -46,7 +46,7 @@ def test_example_4_3_table_to_four_decimals() -> None:
     assert round(math.log(3), 4) == 1.0986
 
 
-def test_theorem_4_2_limits_and_temperature_zero() -> None:
+def test_temperature_limits_and_temperature_zero() -> None:
     z = [1.0, 3.0, -2.0, 3.0, 0.5]
     assert sampling.softmax(z, 1e-3).tolist() == [0.0, 0.5, 0.0, 0.5, 0.0]
     np.testing.assert_allclose(sampling.softmax(z, 1e9), 0.2, rtol=1e-8)
@@ -59,7 +59,7 @@ logit_vectors = st.lists(st.floats(-8, 8, allow_nan=False), min_size=2, max_size
 
 @PROPERTY
 @given(z=logit_vectors)
-def test_theorem_4_2_4_entropy_grows_with_temperature_at_rate_variance_over_tau_cubed(z: list[float]) -> None:
+def test_entropy_grows_with_temperature_at_rate_variance_over_tau_cubed(z: list[float]) -> None:
     zs = np.array(z)
 
     def entropy_and_variance(tau: float) -> tuple[float, float]:
@@ -85,7 +85,7 @@ def test_theorem_4_2_4_entropy_grows_with_temperature_at_rate_variance_over_tau_
     z=st.lists(st.integers(-20, 20), min_size=2, max_size=30),
     tau=st.floats(0.1, 10.0),
 )
-def test_theorem_4_2_3_temperature_preserves_the_order(z: list[int], tau: float) -> None:
+def test_temperature_preserves_the_order(z: list[int], tau: float) -> None:
     zs = np.array(z, dtype=np.float64) / 8  # a grid: ties occur, distinct values are apart
     p = sampling.softmax(zs, tau)
     for i, j in itertools.product(range(len(z)), repeat=2):
@@ -96,10 +96,11 @@ def test_theorem_4_2_3_temperature_preserves_the_order(z: list[int], tau: float)
 
 
 # ---------------------------------------------------------------------------------------------
-# Section 5: definition 5.1, proposition 5.2, theorem 5.4, example 5.6, exercises 10.1, 10.2.
+# Ranking, top-k, top-p and restriction (docs/theory.md, "Ranking, top-k and top-p" and
+# "Truncation is conditioning"), with their worked examples.
 
 
-def test_example_5_6() -> None:
+def test_top_p_compares_exact_cumulative_sums() -> None:
     p = [0.5, 0.2, 0.2, 0.1]
     # In floating point 0.5 + 0.2 + 0.2 < 0.9, but the exact c_3 reaches 0.9: k(0.9) = 3.
     assert 0.5 + 0.2 + 0.2 < 0.9
@@ -116,7 +117,7 @@ def test_example_5_6() -> None:
     assert np.flatnonzero(q).tolist() == [0, 1, 2]
 
 
-def test_exercise_10_1() -> None:
+def test_two_token_temperature_for_probability_0_9() -> None:
     tau = 1 / math.log(9)
     p = sampling.softmax([1.0, 0.0], tau)
     assert abs(p[0] - 0.9) <= 1e-15
@@ -128,7 +129,7 @@ def test_exercise_10_1() -> None:
     assert h_tau < h1
 
 
-def test_exercise_10_2() -> None:
+def test_top_p_sets_restriction_and_removed_mass_of_a_five_token_distribution() -> None:
     p = [0.4, 0.3, 0.15, 0.1, 0.05]
     assert sampling.top_p_set(p, 0.5) == [0, 1]
     assert sampling.top_p_set(p, 0.8) == [0, 1, 2]
@@ -156,7 +157,7 @@ def distributions_with_ties(draw: st.DrawFn) -> list[float]:
 
 @PROPERTY
 @given(p=distributions_with_ties(), extra=st.lists(st.floats(1e-9, 1.0), max_size=5))
-def test_theorem_5_4_top_p_is_minimal_and_monotone_with_ties(p: list[float], extra: list[float]) -> None:
+def test_top_p_is_minimal_and_monotone_with_ties(p: list[float], extra: list[float]) -> None:
     n = len(p)
     pi = ranking(p)
     exact = [Fraction(x) for x in p]
@@ -181,13 +182,13 @@ def test_theorem_5_4_top_p_is_minimal_and_monotone_with_ties(p: list[float], ext
             assert top == [i for i in pi if p[i] > 0]
         else:
             assert top == pi[:k_rho], (p, rho)
-            # 5.4.2 minimality: no set of exact mass >= rho is smaller.
+            # Minimality: no set of exact mass >= rho is smaller.
             smallest = min(len(s) for s in subsets if sum((exact[i] for i in s), Fraction(0)) >= rho)
             assert smallest == k_rho
-        # 5.4.4 monotonicity: thresholds ascend, the sets grow as prefixes of the ranking.
+        # Monotonicity: thresholds ascend, the sets grow as prefixes of the ranking.
         assert top[: len(previous)] == previous
         previous = top
-        # 5.4.5: a threshold up to the largest probability keeps exactly the greedy token.
+        # The low end: a threshold up to the largest probability keeps exactly the greedy token.
         if rho <= p[pi[0]]:
             assert top == [pi[0]]
 
@@ -197,7 +198,7 @@ def test_theorem_5_4_top_p_is_minimal_and_monotone_with_ties(p: list[float], ext
     z=st.lists(st.floats(-6, 6, allow_nan=False), min_size=1, max_size=40),
     members=st.lists(st.booleans(), min_size=40, max_size=40),
 )
-def test_proposition_5_2_restriction_is_conditioning(z: list[float], members: list[bool]) -> None:
+def test_restriction_is_conditioning(z: list[float], members: list[bool]) -> None:
     p = sampling.softmax(z, 1.0)
     subset = [i for i in range(len(z)) if members[i]] or [0]
     q = sampling.restrict(p, subset)
@@ -207,14 +208,15 @@ def test_proposition_5_2_restriction_is_conditioning(z: list[float], members: li
     np.testing.assert_allclose(q[inside], p[inside] / mass, rtol=1e-15)
     assert (q[~inside] == 0).all()
     assert abs(q.sum() - 1) <= 1e-14
-    # 5.2.3: TV(p, p_S) = 1 - p(S).
+    # TV(p, p_S) = 1 - p(S), the removed mass.
     assert abs(sampling.total_variation(p, q) - (1 - mass)) <= 1e-14
 
 
 # ---------------------------------------------------------------------------------------------
 # Drawing a token is faithful: it is the inverse CDF over token ids.
 
-CHAPTER_LOGITS = np.array([3.0, 2.5, 1.0, 0.2, -1.0, -2.0], dtype=np.float32)
+# The logits of docs/theory.md, "The sampler on one example".
+WORKED_EXAMPLE_LOGITS = np.array([3.0, 2.5, 1.0, 0.2, -1.0, -2.0], dtype=np.float32)
 # Upper 0.001 quantiles of chi-square with 1..5 degrees of freedom.
 CHI_SQUARE_999 = [10.828, 13.816, 16.266, 18.467, 20.515]
 
@@ -229,8 +231,8 @@ def test_generated_tokens_follow_q_by_chi_square(settings_: dict[str, Any]) -> N
     generations of 1,000 tokens (draws uniform(seed, t) for t < 1000), so the counts are
     deterministic. The counts must fit q at the 0.001 level."""
     sampler = reprolm.Sampler(temperature=0.8, seed=0, **settings_)
-    q = sampler.distribution(CHAPTER_LOGITS)
-    model = reprolm.CallableModel(lambda prefix: CHAPTER_LOGITS, vocab_size=6)
+    q = sampler.distribution(WORKED_EXAMPLE_LOGITS)
+    model = reprolm.CallableModel(lambda prefix: WORKED_EXAMPLE_LOGITS, vocab_size=6)
     counts = np.zeros(6, dtype=np.int64)
     for seed in range(200):
         out = model.generate([0], max_tokens=1000, sampler=reprolm.Sampler(temperature=0.8, seed=20261010 + seed, **settings_))

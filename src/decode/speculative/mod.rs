@@ -3,10 +3,10 @@
 //! plus one token of the target's own; the positions of rejected drafts are rolled back from
 //! the target's KV cache (the next pass reuses only the prefix the context still shares).
 //!
-//! **Exact.** A multi-token pass gives each row the bits of a single step (theorem 7.2), so
-//! row i holds the logits plain decoding would compute after the context and the first i
-//! drafts. Each position's token is chosen from its row by the decoder, with the draw of its
-//! own step t:
+//! **Exact.** A multi-token pass gives each row the bits of a single step (docs/theory.md,
+//! "The KV cache"), so row i holds the logits plain decoding would compute after the context
+//! and the first i drafts. Each position's token is chosen from its row by the decoder, with
+//! the draw of its own step t:
 //!
 //! - a drafter whose draft is a point mass (prompt lookup, and a draft model at temperature 0)
 //!   is verified by the target's own selection: the token is plain decoding's (`uniform(seed,

@@ -1,5 +1,5 @@
-//! The chapter's sections 4 and 5 and exercises 10.1 and 10.2 as tests of the free functions
-//! (which run the sampler's own code).
+//! docs/theory.md's temperature, ranking, top-k, top-p and restriction, with its worked
+//! examples, as tests of the free functions (which run the sampler's own code).
 
 use crate::toy;
 
@@ -10,13 +10,13 @@ fn assert_close(actual: f64, expected: f64, tolerance: f64) {
     assert!((actual - expected).abs() <= tolerance, "{actual} vs {expected} (tolerance {tolerance})");
 }
 
-/// Rounds to 4 decimals like the chapter's table.
+/// Rounds to 4 decimals like the table in docs/theory.md, "Temperature".
 fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
 
 #[test]
-fn example_4_3_table_to_four_decimals() {
+fn temperature_table_for_logits_2_1_0_to_four_decimals() {
     let table = [
         (0.1, [1.0000, 0.0000, 0.0000], 0.0005),
         (0.5, [0.8668, 0.1173, 0.0159], 0.4411),
@@ -33,7 +33,7 @@ fn example_4_3_table_to_four_decimals() {
 }
 
 #[test]
-fn theorem_4_2_1_and_2_limits() {
+fn temperature_limits() {
     // tau -> 0+: mass 1/|I| on the maxima; tau -> infinity: uniform.
     let z = [1.0, 3.0, -2.0, 3.0, 0.5];
     let cold = softmax(&z, 1e-3).unwrap();
@@ -45,7 +45,7 @@ fn theorem_4_2_1_and_2_limits() {
 }
 
 #[test]
-fn theorem_4_2_3_temperature_preserves_the_order() {
+fn temperature_preserves_the_order() {
     let mut rng = TestRng::new(43);
     for _ in 0..200 {
         let n = 2 + rng.below(30);
@@ -74,7 +74,7 @@ fn entropy_and_variance(z: &[f64], tau: f64) -> (f64, f64) {
 }
 
 #[test]
-fn theorem_4_2_4_entropy_grows_with_temperature_at_rate_variance_over_tau_cubed() {
+fn entropy_grows_with_temperature_at_rate_variance_over_tau_cubed() {
     let mut rng = TestRng::new(44);
     for _ in 0..50 {
         let n = 2 + rng.below(50);
@@ -101,7 +101,7 @@ fn theorem_4_2_4_entropy_grows_with_temperature_at_rate_variance_over_tau_cubed(
 }
 
 #[test]
-fn exercise_10_1() {
+fn two_token_temperature_for_probability_0_9() {
     let tau = 1.0 / 9f64.ln();
     let p = softmax(&[1.0, 0.0], tau).unwrap();
     assert_close(p[0], 0.9, 1e-15);
@@ -116,9 +116,9 @@ fn exercise_10_1() {
 }
 
 #[test]
-fn example_5_6() {
+fn top_p_compares_exact_cumulative_sums() {
     let p = [0.5, 0.2, 0.2, 0.1];
-    // The float artifact the chapter warns about: a naive cumulative sum stays below 0.9...
+    // The rounding artifact: a naive float cumulative sum stays below 0.9...
     assert!(p[..3].iter().sum::<f64>() < 0.9);
     // ...but the exact c_3 reaches it, so k(0.9) = 3.
     assert_eq!(top_p_set(&p, 0.9).unwrap(), vec![0, 1, 2]);
@@ -134,7 +134,7 @@ fn example_5_6() {
 }
 
 #[test]
-fn exercise_10_2() {
+fn top_p_sets_restriction_and_removed_mass_of_a_five_token_distribution() {
     let p = [0.4, 0.3, 0.15, 0.1, 0.05];
     assert_eq!(top_p_set(&p, 0.5).unwrap(), vec![0, 1]);
     assert_eq!(top_p_set(&p, 0.8).unwrap(), vec![0, 1, 2]);
@@ -160,7 +160,7 @@ fn dyadic_distribution(rng: &mut TestRng, n: usize) -> Vec<f64> {
     units.iter().map(|&u| u as f64 / 1024.0).collect()
 }
 
-/// The ranking pi of definition 5.1 by a stable sort.
+/// The ranking pi (probability descending, ties by ascending id) by a stable sort.
 fn ranking(p: &[f64]) -> Vec<u32> {
     let mut order: Vec<u32> = (0..p.len() as u32).collect();
     order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize])); // stable: ties by id
@@ -172,7 +172,7 @@ fn mass(p: &[f64], set: impl IntoIterator<Item = u32>) -> f64 {
 }
 
 #[test]
-fn definition_5_1_lemma_5_3_theorem_5_4_on_random_distributions_with_ties() {
+fn top_k_and_top_p_are_maximal_minimal_and_monotone_with_ties() {
     let mut rng = TestRng::new(51);
     for _ in 0..400 {
         let n = 1 + rng.below(8);
@@ -182,7 +182,7 @@ fn definition_5_1_lemma_5_3_theorem_5_4_on_random_distributions_with_ties() {
         let subsets: Vec<Vec<u32>> =
             (0u32..1 << n).map(|bits| (0..n as u32).filter(|i| bits >> i & 1 == 1).collect()).collect();
 
-        // Top-k is the first k of pi; lemma 5.3: c_j is the largest mass of a j-set.
+        // Top-k is the first k of pi; c_j is the largest mass of a j-set.
         for k in 1..=n {
             assert_eq!(top_k_set(&p, k).unwrap(), pi[..k]);
             let best = subsets.iter().filter(|t| t.len() == k).map(|t| mass(&p, t.iter().copied())).fold(0.0, f64::max);
@@ -197,23 +197,23 @@ fn definition_5_1_lemma_5_3_theorem_5_4_on_random_distributions_with_ties() {
         let mut previous: Vec<u32> = Vec::new();
         for &rho in &rhos {
             let set = top_p_set(&p, rho).unwrap();
-            // Definition 5.1: k(rho) = min{ j : c_j >= rho }.
+            // The top-p set: k(rho) = min{ j : c_j >= rho }.
             let k = c.iter().position(|&cj| cj >= rho).unwrap() + 1;
             assert_eq!(set, pi[..k], "p {p:?} rho {rho}");
-            // 5.4.2 minimality: no smaller set reaches rho.
+            // Minimality: no smaller set reaches rho.
             let smallest = subsets.iter().filter(|t| mass(&p, t.iter().copied()) >= rho).map(Vec::len).min();
             assert_eq!(smallest, Some(k));
-            // 5.4.3: largest mass among k-sets, and the only one when the p_i are distinct.
+            // Largest mass among k-sets, and the only one when the p_i are distinct.
             let top = subsets.iter().filter(|t| t.len() == k).map(|t| mass(&p, t.iter().copied()));
             assert_eq!(top.clone().fold(0.0, f64::max), mass(&p, set.iter().copied()));
             let distinct = (0..n).all(|i| (0..i).all(|j| p[i] != p[j]));
             if distinct {
                 assert_eq!(top.filter(|&m| m == c[k - 1]).count(), 1);
             }
-            // 5.4.4 monotonicity: thresholds ascend, sets grow as prefixes.
+            // Monotonicity: thresholds ascend, sets grow as prefixes.
             assert!(set.starts_with(&previous), "{previous:?} not in {set:?}");
             previous = set;
-            // 5.4.5 ends.
+            // The ends: a threshold up to the largest probability keeps the greedy token alone.
             if rho <= p[pi[0] as usize] {
                 assert_eq!(previous, vec![pi[0]]);
             }
@@ -224,7 +224,7 @@ fn definition_5_1_lemma_5_3_theorem_5_4_on_random_distributions_with_ties() {
 }
 
 #[test]
-fn theorem_5_4_monotonicity_on_random_float_distributions() {
+fn top_p_is_monotone_on_random_float_distributions() {
     let mut rng = TestRng::new(54);
     for _ in 0..300 {
         let n = 1 + rng.below(200);
@@ -244,7 +244,7 @@ fn theorem_5_4_monotonicity_on_random_float_distributions() {
 }
 
 #[test]
-fn proposition_5_2_restriction_is_conditioning() {
+fn restriction_is_conditioning() {
     let mut rng = TestRng::new(52);
     for _ in 0..300 {
         let n = 1 + rng.below(40);
