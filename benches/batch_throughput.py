@@ -15,7 +15,7 @@ its length), greedy and sampled (temperature 0.8, top-p 0.95, a seed per request
 - TTFT p50 / p99 (ms) over the requests, and inter-token latency p50 / p99 (ms) over every
   gap between consecutive tokens of a request.
 
-llama.cpp: ``llama-batched-bench`` (built by ``../shared/tools/llamacpp-tools.sh``) on the same
+llama.cpp: ``llama-batched-bench`` (built by ``scripts/llamacpp-tools.sh``) on the same
 file with ``-npp 128 -ntg 128 -npl N`` and the same thread count: its S_TG (batched decode of N
 sequences, tokens/s) and S (prompt processing and decoding together, all tokens/s) per N. It
 decodes without sampling, so compare its S_TG with reprolm's decode tok/s. Its KV cache is

@@ -14,7 +14,7 @@ gguf package from the llama.cpp sources. Usage:
     python scripts/make_arch_fixtures.py LLAMA_CPP_DIR [OUT_DIR]
 
 LLAMA_CPP_DIR is the llama.cpp tree vendored in the llama-cpp-python 0.3.36 sdist
-(../shared/tools/llamacpp-tools.sh unpacks it to ~/.cache/llamacpp-tools/src/vendor/llama.cpp).
+(scripts/llamacpp-tools.sh unpacks it to ~/.cache/llamacpp-tools/src/vendor/llama.cpp).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ weights drawn from a seeded normal distribution (matrices with standard deviatio
 ``cols**-0.5``, so activations keep their scale through the layers; norms 1). Tensors are
 written one at a time, so an 8 B file needs no more memory than its largest matrix.
 
-Quantized copies are made by ``llama-quantize`` (built by ``llamacpp-tools.sh`` into
+Quantized copies are made by ``llama-quantize`` (built by ``scripts/llamacpp-tools.sh`` into
 ``~/.cache/llamacpp-tools/bin``, or ``--llama-quantize PATH``), or by llama-cpp-python's
 ``llama_model_quantize`` when that is installed and no binary is found. Usage::
 
@@ -176,7 +176,7 @@ def quantize(source: Path, target: Path, qtype: str, binary: Optional[Path], thr
         try:
             import llama_cpp  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
-            raise SystemExit("no llama-quantize found (run ../shared/tools/llamacpp-tools.sh or pass "
+            raise SystemExit("no llama-quantize found (run scripts/llamacpp-tools.sh or pass "
                              "--llama-quantize) and llama-cpp-python is not installed") from None
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = FTYPES[qtype]

@@ -1,4 +1,5 @@
-//! Regression tests for what the fuzzers found (fuzz/README.md): each failed before its fix.
+//! Regression tests for what the fuzzers found (docs/guarantees.md, "Fuzzing"): each failed
+//! before its fix.
 //! The inputs themselves are also in fuzz/corpus/, replayed by `fuzz_corpora`.
 
 use std::sync::Arc;

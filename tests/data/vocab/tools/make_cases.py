@@ -2,7 +2,7 @@
 
 Run at data-generation time (not in CI), from the repository root:
 
-    bash ../shared/tools/llamacpp-tools.sh          # builds llama.cpp (libllama) once
+    bash scripts/llamacpp-tools.sh                  # builds llama.cpp (libllama) once
     python3 tests/data/vocab/tools/make_cases.py ~/.cache/llamacpp-tools
 
 It compiles tools/vocab_tokenize.c against that libllama, then for every vocabulary here
@@ -11,7 +11,7 @@ special tokens not parsed (`ggml-vocab-NAME.gguf.cases.out`) and parsed
 (`ggml-vocab-NAME.gguf.cases-special.out`). `cases.inp` is the 158 texts of
 tests/data/tokenizer.json, the llama.cpp test inputs, chat markup of every family and short
 edge cases (below). `ggml-vocab-gemma-3.gguf` is made by `extract_vocab.py` from Gemma 3
-270M's GGUF (issue 15's file).
+270M's GGUF (`gemma-3-270m-q4_k_m.gguf`, the file `reprolm download gemma3-270m` fetches).
 """
 
 from __future__ import annotations
