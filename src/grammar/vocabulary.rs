@@ -169,8 +169,8 @@ impl GrammarVocabulary {
 
 /// The bias computers of `n_parts` parts of `trie`'s tokens (`words`: their bytes), each with
 /// llguidance's general slices. Each part's slicer builds its own filtered tries, so each part
-/// costs about as much time and memory as the whole vocabulary's (README, "Constrained
-/// decoding").
+/// costs about as much time and memory as the whole vocabulary's (docs/benchmarks.md,
+/// "Constrained decoding").
 fn part_biases(trie: &TokTrie, words: &[Vec<u8>], n_parts: usize) -> Result<Vec<Arc<dyn BiasComputer>>> {
     let mut by_bytes: Vec<u32> = (0..words.len() as u32).collect();
     by_bytes.sort_by(|&a, &b| words[a as usize].cmp(&words[b as usize]));

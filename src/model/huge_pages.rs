@@ -4,7 +4,7 @@
 //! restart of the hardware prefetchers (which stop at page boundaries), every few rows; on
 //! 2 MiB pages both go away. On Zen 4, one thread's pass of a 576 x 49152 F16 matrix (the
 //! shape of SmolLM2's LM head) over one token took 1.6 ms instead of 2.8 (medians of 100;
-//! whole models: README, "Huge pages"). Faulting huge pages in costs load time (the kernel
+//! whole models: docs/benchmarks.md, "Huge pages"). Faulting huge pages in costs load time (the kernel
 //! zeroes and may compact 2 MiB at a time). `REPROLM_HUGE_PAGES=0` asks for ordinary pages;
 //! so does a system without transparent huge pages. The bytes, and so every result, are the
 //! same either way.

@@ -6,7 +6,7 @@
 //! threads follow it through all its phases ([`ThreadPool::run`],
 //! [`ThreadPool::for_each_mut`]) for one rayon `spawn_broadcast` per pass (see `crew`).
 //! Dispatching each of a pass's ~300 short phases as its own rayon fork/join was measured too
-//! (README, "Threads"): idle rayon threads fall asleep between phases and the batch engine's
+//! (docs/benchmarks.md, "Threads"): idle rayon threads fall asleep between phases and the batch engine's
 //! passes lost up to 5% to waking them. Threads claim a phase's chunks from a shared counter,
 //! so a thread the OS has descheduled delays the others by one chunk at most. Which thread
 //! computes a chunk never changes what is computed: every output is produced by one thread
