@@ -12,7 +12,6 @@ ids of the final distribution. The functions below run the same Rust code as gen
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field, fields
 from collections.abc import Iterable
 from typing import Any, Literal, Mapping, Optional, Sequence
