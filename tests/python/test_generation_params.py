@@ -186,3 +186,14 @@ def test_server_builds_one_params_per_choice() -> None:
                                   sampler=Sampler(temperature=0.5, top_k=3, seed=9 + i, logprobs_mode="raw"))
                  for i in range(2)] for limit in (7, 8)]
     assert params == expected
+
+
+def test_ray_checks_the_settings_before_any_actor_or_model(tmp_path: Path) -> None:
+    rray = pytest.importorskip("reprolm.ray")
+    for field, value, error, name in BAD:
+        if field not in ("max_tokens", "stop", "stop_token_ids"):
+            continue  # (not one of Ray's settings)
+        with pytest.raises(error, match=name):
+            rray.generate(None, **{field: value})
+        with pytest.raises(error, match=name):  # (the model path does not exist: it is not looked for)
+            rray.Predictor(tmp_path / "absent.gguf", **{field: value})
