@@ -100,7 +100,7 @@ impl Engine {
 
     /// Identifies the model file: XXH64 (seed 0) of all its bytes, computed once.
     pub fn fingerprint(&self) -> u64 {
-        *self.fingerprint.get_or_init(|| crate::state::xxh64(&self.file.map()[..], 0))
+        *self.fingerprint.get_or_init(|| crate::xxh64::xxh64(&self.file.map()[..], 0))
     }
 
     /// The default cache capacity: the model's context length, capped so that a cache of

@@ -22,6 +22,7 @@ pub mod state;
 pub mod tensor;
 pub mod threads;
 pub mod tokenizer;
+pub mod xxh64;
 
 pub use error::{Error, Result};
 

@@ -16,6 +16,7 @@ from ._score import Score
 from ._download import cache_dir, default_model_path, known_models, model_path, model_terms
 from ._gguf import GgufInfo, TensorEntry, dequantize, inspect
 from .grammar import Grammar, GrammarMatcher
+from ._params import GenerationParams
 from ._model import Chunk, Completion, EngineStats, FinishReason, Message, Model, Prompt, Request, Session
 from ._quantize import QuantizeReport, TensorReport, convert, quantize, quantize_row
 from .errors import (
@@ -46,7 +47,8 @@ from .errors import (
 )
 from ._tokenizer import Tokenizer
 from .sampling import Sampler
-from .speculative import SpeculationStats, Speculative
+from ._results import SpeculationStats
+from .speculative import Speculative
 
 __all__ = [
     "Model",
@@ -64,6 +66,7 @@ __all__ = [
     "Prompt",
     "ModelConfig",
     "Sampler",
+    "GenerationParams",
     "Tokenizer",
     "sampling",
     "Grammar",

@@ -13,10 +13,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .errors import InvalidArgumentError, InvalidTypeError, TokenOutOfRangeError
+from .errors import InvalidTypeError, TokenOutOfRangeError
 
 __all__ = ["text", "token_id", "token_ids", "prompt", "messages", "number", "integer", "optional_integer",
-           "one_of", "decode_options", "flag"]
+           "one_of", "flag"]
 
 _INT64 = 2**63
 
@@ -105,27 +105,6 @@ def one_of(value: Any, name: str, choices: Sequence[str]) -> None:
     """Checks that ``value`` is a str (the engine names the valid choices when it is not one)."""
     if not isinstance(value, str):
         raise InvalidTypeError(f"{name} must be one of {', '.join(map(repr, choices))}, got {_kind(value)}")
-
-
-def decode_options(max_tokens: Any, sampler: Any, stop: Any, stop_token_ids: Any, logprobs: Any) -> None:
-    """Checks the types of the options every generation takes (their values are the engine's)."""
-    from .sampling import Sampler
-
-    limit = integer(max_tokens, "max_tokens")
-    if not -_INT64 <= limit < _INT64:  # (the engine names any other bad value)
-        raise InvalidArgumentError(f"invalid value for 'max_tokens': {limit} is out of range")
-    if sampler is not None and not isinstance(sampler, Sampler):
-        raise InvalidTypeError(f"sampler must be a reprolm.Sampler or None, got {_kind(sampler)}")
-    if not isinstance(stop, str):
-        if isinstance(stop, (bytes, bytearray, Mapping)) or not isinstance(stop, Iterable):
-            raise InvalidTypeError(f"stop must be a str or a sequence of str, got {_kind(stop)}")
-        bad = next((s for s in stop if not isinstance(s, str)), None) if isinstance(stop, Sequence) else None
-        if bad is not None or not isinstance(stop, Sequence):
-            raise InvalidTypeError(f"stop must be a str or a sequence of str, got an item of type {_kind(bad)}")
-    token_ids(stop_token_ids, "stop_token_ids", 2**32)
-    alternatives = optional_integer(logprobs, "logprobs")
-    if alternatives is not None and not -_INT64 <= alternatives < _INT64:
-        raise InvalidArgumentError(f"invalid value for 'logprobs': {alternatives} is out of range")
 
 
 def prompt(value: Any, name: str, vocab_size: int, *, batch: bool = False) -> None:

@@ -8,9 +8,10 @@ import numpy.typing as npt
 
 from . import _args, _core
 from ._decoding import Beam, StepInfo
-from ._results import Completion
-from .sampling import LogprobsMode, Sampler, _step_sampler
-from .speculative import Drafter, SpeculationStats, Speculative, _settings
+from ._params import GenerationParams, resolve
+from ._results import Completion, SpeculationStats
+from .sampling import LogprobsMode, Sampler
+from .speculative import Drafter, Speculative
 
 __all__ = ["CallableModel"]
 
@@ -59,10 +60,16 @@ class CallableModel:
     def __repr__(self) -> str:
         return f"CallableModel({self.fn!r}, vocab_size={self.vocab_size}, eos_id={self.eos_id})"
 
+    @property
+    def _drafter_core(self) -> _core.CallableModel:
+        """What the extension takes as this model drafting (:class:`Speculative`)."""
+        return self._core
+
     def generate(
         self,
         prompt_ids: Sequence[int],
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop_token_ids: Sequence[int] = (),
@@ -75,14 +82,14 @@ class CallableModel:
         ``stop_token_ids`` or after ``max_tokens`` tokens; ``logprobs=N`` fills
         ``Completion.steps``. ``speculative`` decodes speculatively, as in
         :meth:`Model.generate`, with ``"lookup"`` or a draft :class:`CallableModel` (or
-        :class:`Model`) of the same vocabulary; the drafts are scored one prefix at a time."""
+        :class:`Model`) of the same vocabulary; the drafts are scored one prefix at a time.
+        ``params`` gives these settings as one :class:`GenerationParams` instead (stop strings
+        and grammars need text, which a callable model does not have)."""
         ids = _args.token_ids(prompt_ids, "prompt_ids", self.vocab_size)
-        chosen, with_steps = _step_sampler(sampler, logprobs, logprobs_mode)
-        out_ids, reason, steps, stats = self._core.generate(
-            ids, max_tokens=max_tokens, sampler=chosen._core,
-            stop_token_ids=_args.token_ids(stop_token_ids, "stop_token_ids", self.vocab_size), steps=with_steps,
-            speculative=_settings(speculative),
-        )
+        settings = resolve(params, max_tokens=max_tokens, sampler=sampler, stop_token_ids=stop_token_ids,
+                           logprobs=logprobs, logprobs_mode=logprobs_mode, speculative=speculative)
+        _args.token_ids(settings.stop_token_ids, "stop_token_ids", self.vocab_size)
+        out_ids, reason, steps, stats = self._core.generate(ids, settings._core)
         infos = [StepInfo._from_core(s) for s in steps]
         return Completion("", out_ids, reason, ids, [i.logprob for i in infos], infos, SpeculationStats._from_core(stats))
 

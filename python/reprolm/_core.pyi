@@ -136,16 +136,7 @@ class CallableModel:
     def vocab_size(self) -> int: ...
     @property
     def eos_id(self) -> Optional[int]: ...
-    def generate(
-        self,
-        prompt_ids: list[int],
-        *,
-        max_tokens: int,
-        sampler: SamplerConfig,
-        stop_token_ids: list[int],
-        steps: bool,
-        speculative: Optional[Speculative] = None,
-    ) -> _GenerationTuple: ...
+    def generate(self, prompt_ids: list[int], params: GenerationParams) -> _GenerationTuple: ...
     def beam_search(
         self, prompt_ids: list[int], *, beam_width: int, max_tokens: int, length_penalty: float
     ) -> list[_BeamTuple]: ...
@@ -222,30 +213,11 @@ class Session:
     def feed(self, ids: list[int]) -> npt.NDArray[np.float32]: ...
     def truncate(self, n: int) -> None: ...
     def generate(
-        self,
-        ids: list[int],
-        *,
-        max_tokens: int,
-        sampler: SamplerConfig,
-        stop_token_ids: list[int],
-        stop: list[str],
-        steps: bool = False,
-        grammar: Optional[GrammarSpec] = None,
-        speculative: Optional[Speculative] = None,
+        self, ids: list[int], params: GenerationParams
     ) -> tuple[
         list[int], str, Literal["eos", "length", "stop"], list[float], list[_StepTuple], Optional[_SpeculationTuple]
     ]: ...
-    def stream(
-        self,
-        ids: list[int],
-        *,
-        max_tokens: int,
-        sampler: SamplerConfig,
-        stop_token_ids: list[int],
-        stop: list[str],
-        grammar: Optional[GrammarSpec] = None,
-        speculative: Optional[Speculative] = None,
-    ) -> Stream: ...
+    def stream(self, ids: list[int], params: GenerationParams) -> Stream: ...
 
 @final
 class Stream:
@@ -265,7 +237,7 @@ class Speculative:
     @property
     def adaptive(self) -> bool: ...
 
-def solo_session(engine: Engine, prompt_len: int, max_tokens: int) -> Session: ...
+def solo_session(engine: Engine, prompt_len: int, params: GenerationParams) -> Session: ...
 
 @final
 class Request:
@@ -280,17 +252,22 @@ class Request:
     def watch(self) -> None: ...
     def cancel(self) -> None: ...
 
-def submit(
-    engine: Engine,
-    ids: list[int],
-    *,
-    max_tokens: int,
-    sampler: SamplerConfig,
-    stop_token_ids: list[int],
-    stop: list[str],
-    steps: bool = False,
-    grammar: Optional[GrammarSpec] = None,
-) -> Request: ...
+def submit(engine: Engine, ids: list[int], params: GenerationParams) -> Request: ...
+
+@final
+class GenerationParams:
+    def __new__(
+        cls,
+        *,
+        max_tokens: int,
+        sampler: SamplerConfig,
+        stop: list[str],
+        stop_token_ids: list[int],
+        logprobs: Optional[int] = None,
+        logprobs_mode: Optional[str] = None,
+        grammar: Optional[GrammarSpec] = None,
+        speculative: Optional[Speculative] = None,
+    ) -> GenerationParams: ...
 
 @final
 class GrammarSpec:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable
 
-from .errors import InvalidArgumentError
 
 __all__ = ["StepInfo", "Beam"]
 
@@ -62,13 +60,3 @@ class Beam:
     def _from_core(cls, beam: _BeamTuple, detokenize: Callable[[list[int]], str]) -> "Beam":
         ids, logprob, score, finished = beam
         return cls(list(ids), detokenize(ids), logprob, score, finished)
-
-
-def _alternatives_count(logprobs: Optional[int]) -> Optional[int]:
-    """Checks the ``logprobs`` argument of ``generate``: None or an int >= 0."""
-    if logprobs is None:
-        return None
-    n = operator.index(logprobs)
-    if n < 0:
-        raise InvalidArgumentError(f"invalid value for 'logprobs': must be >= 0, got {n}")
-    return n

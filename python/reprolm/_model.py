@@ -16,13 +16,14 @@ import numpy.typing as npt
 from . import _args, _core
 from ._decoding import Beam, StepInfo
 from ._download import fetch_default_model, resolve_model
+from ._params import GenerationParams, resolve
 from .errors import InvalidArgumentError, InvalidTypeError
 from .grammar import Grammar
 from ._request import Request, _Dispatcher
-from ._results import Chunk, Completion, FinishReason
+from ._results import Chunk, Completion, FinishReason, SpeculationStats
 from ._score import Score
-from .sampling import LogprobsMode, Sampler, _step_sampler
-from .speculative import Drafter, SpeculationStats, Speculative, _settings  # noqa: F401 (Speculative: annotations)
+from .sampling import LogprobsMode, Sampler
+from .speculative import Drafter, Speculative
 
 __all__ = ["Model", "Session", "Request", "EngineStats", "Completion", "Chunk", "Prompt", "FinishReason", "Message", "KvDtype",
            "OverflowPolicy", "Precision"]
@@ -34,18 +35,6 @@ OverflowPolicy = Literal["error", "sliding_window"]
 Precision = Literal["float32", "int8"]
 Message = Mapping[str, Any]
 """A chat message, such as ``{"role": "user", "content": "Hi"}``."""
-
-
-def _stop_list(stop: Union[str, Sequence[str]]) -> list[str]:
-    return [stop] if isinstance(stop, str) else [str(s) for s in stop]
-
-
-def _grammar_spec(grammar: Optional[Grammar]) -> Optional[_core.GrammarSpec]:
-    if grammar is None:
-        return None
-    if not isinstance(grammar, Grammar):
-        raise InvalidTypeError(f"grammar must be a reprolm.Grammar or None, got {type(grammar).__name__}")
-    return grammar._spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +97,11 @@ class Model:
     def __init__(self, engine: _core.Engine) -> None:
         self._engine = engine
         self._dispatcher = _Dispatcher(engine.wait_ready)
+
+    @property
+    def _drafter_core(self) -> _core.Engine:
+        """What the extension takes as this model drafting (:class:`Speculative`)."""
+        return self._engine
 
     @classmethod
     def load(
@@ -326,6 +320,7 @@ class Model:
         self,
         prompt: Prompt,
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -342,6 +337,7 @@ class Model:
         self,
         prompt: Sequence[Prompt],
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -357,6 +353,7 @@ class Model:
         self,
         prompt: Union[Prompt, Sequence[Prompt]],
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -370,6 +367,9 @@ class Model:
         """Generates a continuation of ``prompt`` (text, or token ids), or of each prompt of a
         list of prompts (returning a list of completions, each the same as generating that
         prompt alone).
+
+        The settings are one :class:`GenerationParams` given as ``params``, or its fields
+        given as keyword arguments (not both); they are checked before any work.
 
         Decoding is greedy unless a :class:`Sampler` is given. Generation stops at the
         model's end-of-sequence token, at a token of ``stop_token_ids``, once the text
@@ -402,20 +402,18 @@ class Model:
         acceptance.
         """
         _args.prompt(prompt, "prompt", self.config.vocab_size, batch=True)
+        settings = resolve(params, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                           logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
         batch = _is_batch(prompt)
         prompts = ([self._prompt_ids(p, special) for p in cast(Sequence[Prompt], prompt)] if batch
                    else [self._prompt_ids(cast(Prompt, prompt), special)])
-        if speculative is not None:
-            settings = _settings(speculative)
-            completions = [self._solo_session(ids, max_tokens)._generate(
-                ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=settings) for ids in prompts]
+        if settings.speculative is not None:
+            completions = [self._solo_session(ids, settings)._generate(ids, settings) for ids in prompts]
             return completions if batch else completions[0]
         requests: list[Request] = []
         try:
             for ids in prompts:
-                requests.append(self._submit(ids, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                             stop_token_ids=stop_token_ids, logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar))
+                requests.append(self._submit(ids, settings))
             completions = [r.result() for r in requests]
         finally:
             for r in requests:
@@ -426,6 +424,7 @@ class Model:
         self,
         prompt: Prompt,
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -439,37 +438,23 @@ class Model:
         :class:`Request` (iterate it for chunks, or call ``result()``; in asyncio, ``async
         for`` and ``await request.aresult()``). Safe to call from any thread. The options are
         :meth:`generate`'s; they are checked here, so a bad request raises at once and alone.
+        The batch engine does not decode speculatively: ``params`` with ``speculative``
+        raises :class:`InvalidArgumentError`.
 
         Requests from every thread run together, one forward pass computing a token of every
         running sequence, and each gives the same bits as if it ran alone.
         """
         _args.prompt(prompt, "prompt", self.config.vocab_size)
-        return self._submit(self._prompt_ids(prompt, special), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                            stop_token_ids=stop_token_ids, logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar)
+        settings = resolve(params, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                           logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar)
+        return self._submit(self._prompt_ids(prompt, special), settings)
 
-    def _solo_session(self, ids: list[int], max_tokens: int) -> "Session":
+    def _solo_session(self, ids: list[int], params: GenerationParams) -> "Session":
         """A session for one generation of ``ids`` (speculative decoding runs on it)."""
-        return Session(self, _core.solo_session(self._engine, len(ids), max_tokens))
+        return Session(self, _core.solo_session(self._engine, len(ids), params._core))
 
-    def _submit(
-        self,
-        ids: list[int],
-        *,
-        max_tokens: int,
-        sampler: Optional[Sampler],
-        stop: Union[str, Sequence[str]],
-        stop_token_ids: Sequence[int],
-        logprobs: Optional[int] = None,
-        logprobs_mode: Optional[LogprobsMode] = None,
-        grammar: Optional[Grammar] = None,
-    ) -> Request:
-        _args.decode_options(max_tokens, sampler, stop, stop_token_ids, logprobs)
-        chosen, steps = _step_sampler(sampler, logprobs, logprobs_mode)
-        core = _core.submit(
-            self._engine, ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
-            stop=_stop_list(stop), steps=steps, grammar=_grammar_spec(grammar),
-        )
-        return Request(core, ids, self._dispatcher)
+    def _submit(self, ids: list[int], params: GenerationParams) -> Request:
+        return Request(_core.submit(self._engine, ids, params._core), ids, self._dispatcher)
 
     def beam_search(
         self,
@@ -500,6 +485,7 @@ class Model:
         self,
         prompt: Prompt,
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -515,15 +501,13 @@ class Model:
         ``speculative``, the chunks are those of a plain stream (greedy or with prompt
         lookup; the same distribution with a sampling draft model) and the last one carries
         the speculation statistics."""
-        if speculative is not None:
-            _args.prompt(prompt, "prompt", self.config.vocab_size)
-            ids = self._prompt_ids(prompt, special)
-            return self._solo_session(ids, max_tokens).stream(
-                ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
-        return _request_chunks(self.submit(prompt, max_tokens=max_tokens, sampler=sampler, stop=stop,
-                                           stop_token_ids=stop_token_ids, special=special,
-                                           logprobs_mode=logprobs_mode, grammar=grammar))
+        _args.prompt(prompt, "prompt", self.config.vocab_size)
+        settings = resolve(params, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                           logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
+        ids = self._prompt_ids(prompt, special)
+        if settings.speculative is not None:
+            return self._solo_session(ids, settings)._stream(ids, settings)
+        return _request_chunks(self._submit(ids, settings))
 
     @property
     def chat_template(self) -> Optional[str]:
@@ -577,6 +561,7 @@ class Model:
         messages: Sequence[Message],
         *,
         template: Optional[str] = None,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -589,8 +574,9 @@ class Model:
         parallel_tool_calls: Optional[bool] = None,
     ) -> Completion:
         """The assistant's reply to ``messages``: the chat rendered by
-        :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate`. The
-        reply's text leaves out the end-of-turn token.
+        :meth:`apply_chat_template` (special tokens parsed), then :meth:`generate` with the
+        settings of ``params`` or the keyword arguments. The reply's text leaves out the
+        end-of-turn token.
 
         With ``tools`` (OpenAI's function tools: ``{"type": "function", "function": {"name":
         ..., "description": ..., "parameters": <JSON Schema>}}``), the model may call them
@@ -602,10 +588,12 @@ class Model:
         assistant messages with ``tool_calls`` and ``tool`` messages. A forced call (and a
         template that knows no tools) is generated under a grammar, so ``grammar`` can then
         not be given too. Bad tools raise :class:`ToolError` naming the field."""
+        def requested() -> GenerationParams:
+            return resolve(params, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                           logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
+
         if tools is None:
-            return self.generate(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler,
-                                 stop=stop, stop_token_ids=stop_token_ids, logprobs_mode=logprobs_mode,
-                                 grammar=grammar, speculative=speculative)
+            return self.generate(self.chat_ids(messages, template=template), params=requested())
         from . import tools as _tools
 
         _args.messages(messages)
@@ -613,14 +601,16 @@ class Model:
         choice = _tools.tool_choice_from_openai(tool_choice, offered)
         history = [_tools.history_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
         plan = _tools.plan(template or self.chat_template, history, offered, choice, parallel=parallel_tool_calls)
-        if plan.grammar is not None and grammar is not None:
+        settings = requested()
+        if plan.grammar is not None and settings.grammar is not None:
             raise InvalidArgumentError("grammar cannot be given with tools whose call is generated under a grammar "
                                        "(tool_choice 'required' or a function, or a template that knows no tools)")
         text = self.apply_chat_template(plan.messages, template=template, **plan.variables) + plan.prompt_suffix
         ids = self.chat_text_ids(text)
-        out = self.generate(ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                            logprobs_mode=logprobs_mode, grammar=plan.grammar or grammar, speculative=speculative)
-        seed = 0 if sampler is None else sampler.seed
+        if plan.grammar is not None:
+            settings = dataclasses.replace(settings, grammar=plan.grammar)
+        out = self.generate(ids, params=settings)
+        seed = 0 if settings.sampler is None else settings.sampler.seed
         key = hashlib.sha256(json.dumps([ids, seed], separators=(",", ":")).encode()).digest()
         content, calls = plan.parse(out.text, key)
         if not calls:
@@ -633,6 +623,7 @@ class Model:
         messages: Sequence[Message],
         *,
         template: Optional[str] = None,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -642,9 +633,10 @@ class Model:
         speculative: Union[Drafter, Speculative, None] = None,
     ) -> Iterator[Chunk]:
         """:meth:`chat`, streamed as :meth:`stream` does."""
-        return self.stream(self.chat_ids(messages, template=template), max_tokens=max_tokens, sampler=sampler, stop=stop,
-                           stop_token_ids=stop_token_ids, logprobs_mode=logprobs_mode, grammar=grammar,
-                           speculative=speculative)
+        ids = self.chat_ids(messages, template=template)
+        return self.stream(ids, params=resolve(params, max_tokens=max_tokens, sampler=sampler, stop=stop,
+                                               stop_token_ids=stop_token_ids, logprobs_mode=logprobs_mode,
+                                               grammar=grammar, speculative=speculative))
 
 
 class Session:
@@ -725,6 +717,7 @@ class Session:
         self,
         prompt: Prompt,
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -746,30 +739,12 @@ class Session:
         and leaves the session usable (holding what was computed). ``speculative`` needs
         ``overflow="error"``."""
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
-        ids = self._model._prompt_ids(prompt, special)
-        return self._generate(ids, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
-                              logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=_settings(speculative))
+        settings = resolve(params, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                           logprobs=logprobs, logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
+        return self._generate(self._model._prompt_ids(prompt, special), settings)
 
-    def _generate(
-        self,
-        ids: list[int],
-        *,
-        max_tokens: int,
-        sampler: Optional[Sampler],
-        stop: Union[str, Sequence[str]],
-        stop_token_ids: Sequence[int],
-        logprobs: Optional[int],
-        logprobs_mode: Optional[LogprobsMode],
-        grammar: Optional[Grammar],
-        speculative: Optional[_core.Speculative],
-    ) -> Completion:
-        _args.decode_options(max_tokens, sampler, stop, stop_token_ids, logprobs)
-        chosen, with_steps = _step_sampler(sampler, logprobs, logprobs_mode)
-        out_ids, text, reason, lps, steps, stats = self._core.generate(
-            ids, max_tokens=max_tokens, sampler=chosen._core, stop_token_ids=list(stop_token_ids),
-            stop=_stop_list(stop), steps=with_steps, grammar=_grammar_spec(grammar),
-            speculative=speculative,
-        )
+    def _generate(self, ids: list[int], params: GenerationParams) -> Completion:
+        out_ids, text, reason, lps, steps, stats = self._core.generate(ids, params._core)
         infos = [StepInfo._from_core(s) for s in steps]
         return Completion(text, out_ids, reason, ids, lps, infos, SpeculationStats._from_core(stats))
 
@@ -777,6 +752,7 @@ class Session:
         self,
         prompt: Prompt,
         *,
+        params: Optional[GenerationParams] = None,
         max_tokens: int = 256,
         sampler: Optional[Sampler] = None,
         stop: Union[str, Sequence[str]] = (),
@@ -791,15 +767,12 @@ class Session:
         other methods raise RuntimeError) until the last chunk has been returned or the
         iterator is closed (``close()``) or dropped. Arguments are checked when this is called."""
         _args.prompt(prompt, "prompt", self._model.config.vocab_size)
-        _args.decode_options(max_tokens, sampler, stop, stop_token_ids, None)
-        core = self._core.stream(
-            self._model._prompt_ids(prompt, special), max_tokens=max_tokens,
-            sampler=_step_sampler(sampler, None, logprobs_mode)[0]._core, stop_token_ids=list(stop_token_ids),
-            stop=_stop_list(stop),
-            grammar=_grammar_spec(grammar),
-            speculative=_settings(speculative),
-        )
-        return _chunks(core)
+        settings = resolve(params, max_tokens=max_tokens, sampler=sampler, stop=stop, stop_token_ids=stop_token_ids,
+                           logprobs_mode=logprobs_mode, grammar=grammar, speculative=speculative)
+        return self._stream(self._model._prompt_ids(prompt, special), settings)
+
+    def _stream(self, ids: list[int], params: GenerationParams) -> Iterator[Chunk]:
+        return _chunks(self._core.stream(ids, params._core))
 
     def __repr__(self) -> str:
         return (f"Session(tokens={len(self.tokens)}, context_length={self.context_length}, "

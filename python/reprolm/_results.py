@@ -1,4 +1,5 @@
-"""The results of generation: :class:`Completion` and :class:`Chunk`."""
+"""The results of generation: :class:`Completion`, :class:`Chunk` and
+:class:`SpeculationStats`."""
 
 from __future__ import annotations
 
@@ -6,14 +7,41 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Optional
 
 from ._decoding import StepInfo
-from .speculative import SpeculationStats
 
 if TYPE_CHECKING:
     from .tools import ToolCall
 
-__all__ = ["Completion", "Chunk", "FinishReason"]
+__all__ = ["Completion", "Chunk", "FinishReason", "SpeculationStats"]
 
 FinishReason = Literal["eos", "length", "stop", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class SpeculationStats:
+    """What speculative decoding did for one generation."""
+
+    drafted: int
+    """Tokens the drafter proposed (verified, or discarded after a rejection or the end)."""
+    accepted: int
+    """Drafted tokens kept."""
+    passes: int
+    """Target forward passes that produced tokens (each yields the accepted drafts plus one)."""
+    drafting_passes: int
+    """Passes that verified at least one draft."""
+
+    @property
+    def acceptance_rate(self) -> float:
+        """``accepted / drafted`` (0.0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Drafts accepted per pass that had drafts (0.0 when none had)."""
+        return self.accepted / self.drafting_passes if self.drafting_passes else 0.0
+
+    @classmethod
+    def _from_core(cls, stats: Optional[tuple[int, int, int, int]]) -> Optional["SpeculationStats"]:
+        return None if stats is None else cls(*stats)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ DST. Errors print one line, ``reprolm: error: ...``, and exit 1; Ctrl-C exits 13
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -18,6 +19,7 @@ from ._core import __version__
 from ._download import DEFAULT_MODEL, fetch_default_model, fetch_model, known_models, resolve_model
 from ._gguf import inspect
 from ._model import Message, Model
+from ._params import GenerationParams
 from ._progress import ProgressBar
 from ._quantize import SAMPLE_TEXT, convert, quantize
 from ._tokenizer import Tokenizer
@@ -71,6 +73,13 @@ def _grammar(args: argparse.Namespace) -> Optional[Grammar]:
     return None
 
 
+def _params(args: argparse.Namespace) -> GenerationParams:
+    """The generation settings of the command line but speculative decoding (checked before
+    the model is loaded): --max-tokens, the sampling flags, --stop and the grammar."""
+    return GenerationParams(max_tokens=args.max_tokens, sampler=_sampler(args), stop=getattr(args, "stop", ()),
+                            grammar=_grammar(args))
+
+
 def _speculative(args: argparse.Namespace) -> Optional[Speculative]:
     """The speculative decoding of --speculative (lookup, or a draft model's path) and
     --draft-tokens, or None."""
@@ -95,13 +104,11 @@ def _report_speculation(stats: Optional[SpeculationStats], n_tokens: int) -> Non
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    sampler = _sampler(args)
-    grammar = _grammar(args)
+    params = _params(args)
     model = _load(args)
-    speculative = _speculative(args)
+    params = dataclasses.replace(params, speculative=_speculative(args))
     out = sys.stdout
-    chunks = model.stream(args.prompt, max_tokens=args.max_tokens, sampler=sampler, stop=args.stop, grammar=grammar,
-                          speculative=speculative)
+    chunks = model.stream(args.prompt, params=params)
     if args.echo:
         out.write(args.prompt)
     reason = None
@@ -131,15 +138,13 @@ def _read_line(prompt: str, interactive: bool) -> Optional[str]:
     return None if line == "" else line.rstrip("\n")
 
 
-def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampler: Sampler, out: TextIO,
-           grammar: Optional[Grammar] = None, speculative: Optional[Speculative] = None) -> str:
-    """Streams the assistant's reply to ``history`` (following ``grammar``, if given); drops the
-    oldest turns if the conversation no longer fits the context. Returns the reply text
-    (partial if interrupted)."""
+def _reply(model: Model, history: list[Message], params: GenerationParams, out: TextIO) -> str:
+    """Streams the assistant's reply to ``history`` with ``params``; drops the oldest turns if
+    the conversation no longer fits the context. Returns the reply text (partial if
+    interrupted)."""
     while True:
         try:
-            chunks = model.chat_stream(history, max_tokens=args.max_tokens, sampler=sampler, grammar=grammar,
-                                       speculative=speculative)
+            chunks = model.chat_stream(history, params=params)
             break
         except ContextOverflowError:
             first = 1 if history and history[0].get("role") == "system" else 0
@@ -166,10 +171,9 @@ def _reply(model: Model, history: list[Message], args: argparse.Namespace, sampl
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    sampler = _sampler(args)
-    grammar = _grammar(args)
+    params = _params(args)
     model = _load(args)
-    speculative = _speculative(args)
+    params = dataclasses.replace(params, speculative=_speculative(args))
     interactive = sys.stdin.isatty()
     if model.chat_template is None and interactive:
         print("reprolm: this model has no chat template", file=sys.stderr)
@@ -189,7 +193,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         if not line.strip():
             continue
         history.append({"role": "user", "content": line})
-        reply = _reply(model, history, args, sampler, sys.stdout, grammar, speculative)
+        reply = _reply(model, history, params, sys.stdout)
         history.append({"role": "assistant", "content": reply})
 
 

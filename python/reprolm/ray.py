@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - depends on the environment (the cause 
 
 from ._download import fetch_default_model
 from ._model import KvDtype, Model, Precision
+from ._params import GenerationParams
 from ._request import Request
 from ._results import Completion
 from .errors import ContextOverflowError, InvalidArgumentError, InvalidInputError, InvalidTypeError
@@ -182,11 +183,9 @@ class Predictor:
         if seed_column is not None and key_column is not None:
             raise InvalidArgumentError("give seed_column or key_column, not both")
         self._sampler_fields = _sampler_fields(sampler)
-        self._sampler = _make_sampler(self._sampler_fields, "sampler")
+        self._params = GenerationParams(max_tokens=max_tokens, sampler=_make_sampler(self._sampler_fields, "sampler"),
+                                        stop=stop, stop_token_ids=stop_token_ids)
         self._prompt_column = prompt_column
-        self._max_tokens = max_tokens
-        self._stop = stop
-        self._stop_token_ids = list(stop_token_ids)
         self._special = special
         self._logprobs = logprobs
         self._sampler_column = sampler_column
@@ -207,7 +206,8 @@ class Predictor:
         return list(table.column(name).to_pylist())
 
     def _row_sampler(self, settings: Any, seed: Any, key: Any) -> Sampler:
-        sampler = self._sampler
+        sampler = self._params.sampler
+        assert sampler is not None, "the params are built with a sampler"
         if settings is not None:
             if not isinstance(settings, Mapping):
                 raise InvalidTypeError(f"{self._sampler_column} must hold mappings of sampler settings, "
@@ -228,10 +228,8 @@ class Predictor:
         return sampler
 
     def _submit(self, prompt: Any, settings: Any, seed: Any, key: Any) -> Request:
-        return self._model.submit(
-            _prompt(prompt), max_tokens=self._max_tokens, sampler=self._row_sampler(settings, seed, key),
-            stop=self._stop, stop_token_ids=self._stop_token_ids, special=self._special,
-        )
+        params = dataclasses.replace(self._params, sampler=self._row_sampler(settings, seed, key))
+        return self._model.submit(_prompt(prompt), params=params, special=self._special)
 
     def __call__(self, batch: Any) -> Any:
         table = _to_table(batch)
@@ -310,7 +308,8 @@ def generate(
     if seed_column is not None and key_column is not None:
         raise InvalidArgumentError("give seed_column or key_column, not both")
     fields = _sampler_fields(sampler)
-    _make_sampler(fields, "sampler")
+    GenerationParams(max_tokens=max_tokens, sampler=_make_sampler(fields, "sampler"), stop=stop,
+                     stop_token_ids=stop_token_ids)
     options = dict(
         model=None if model is None else (model if isinstance(model, str) else os.fspath(model)),
         prompt_column=prompt_column, threads=threads, precision=precision, isa=isa, kv_dtype=kv_dtype,

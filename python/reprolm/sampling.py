@@ -12,7 +12,6 @@ ids of the final distribution. The functions below run the same Rust code as gen
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field, fields
 from collections.abc import Iterable
 from typing import Any, Literal, Mapping, Optional, Sequence
@@ -21,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _args, _core
-from ._decoding import StepInfo, _alternatives_count
+from ._decoding import StepInfo
 from .errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
@@ -66,6 +65,15 @@ def _token_id(name: str, value: int) -> int:
     if not 0 <= v < 2**32:
         raise InvalidArgumentError(f"invalid value for '{name}': token id {v} is outside any vocabulary")
     return v
+
+
+def _hashable(value: Any) -> Any:
+    """A setting as a hashable value: a mapping as the set of its items, a sequence as a tuple."""
+    if isinstance(value, Mapping):
+        return frozenset(value.items())
+    if isinstance(value, (list, np.ndarray)):
+        return tuple(value.tolist() if isinstance(value, np.ndarray) else value)
+    return value
 
 
 LogprobsMode = Literal["processed", "raw"]
@@ -142,6 +150,10 @@ class Sampler:
             top_logprobs=_count("top_logprobs", self.top_logprobs),
             logprobs_mode=_mode(self.logprobs_mode),
         )
+
+    def __hash__(self) -> int:
+        """The hash of its settings (``logit_bias`` and the id lists taken as their items)."""
+        return hash(tuple(_hashable(getattr(self, f.name)) for f in fields(self)))
 
     def __reduce__(self) -> tuple[type["Sampler"], tuple[Any, ...]]:
         """Pickles as its settings (the validated engine object is rebuilt when loaded), so a
@@ -229,18 +241,3 @@ def total_variation(p: npt.ArrayLike, q: npt.ArrayLike) -> float:
 def uniform(seed: int, step: int) -> float:
     """The uniform draw in [0, 1) of decoding step ``step`` under ``seed``."""
     return _core.uniform(int(seed), int(step))
-
-
-def _step_sampler(
-    sampler: Optional[Sampler], logprobs: Optional[int], logprobs_mode: Optional[LogprobsMode] = None
-) -> tuple[Sampler, bool]:
-    """The sampler to run (greedy by default) reporting ``logprobs`` alternatives in
-    ``logprobs_mode`` (None: the sampler's own), and whether per-step statistics were asked
-    for."""
-    alternatives = _alternatives_count(logprobs)
-    chosen = sampler or Sampler.greedy()
-    if logprobs_mode is not None and logprobs_mode != chosen.logprobs_mode:
-        chosen = dataclasses.replace(chosen, logprobs_mode=logprobs_mode)
-    if alternatives is None:
-        return chosen, False
-    return dataclasses.replace(chosen, top_logprobs=alternatives), True

@@ -1,11 +1,13 @@
-"""Speculative decoding settings and statistics: :class:`Speculative`, :class:`SpeculationStats`."""
+"""Speculative decoding settings: :class:`Speculative` (and its statistics,
+:class:`SpeculationStats`, a result of generation)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Optional, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 from . import _core
+from ._results import SpeculationStats
 
 if TYPE_CHECKING:
     from ._callable import CallableModel
@@ -46,52 +48,8 @@ class Speculative:
     ngram_max: int = 3
 
     def _core_settings(self) -> _core.Speculative:
-        from ._callable import CallableModel
-        from ._model import Model
-
-        drafter = self.drafter
-        if isinstance(drafter, Model):
-            core: object = drafter._engine
-        elif isinstance(drafter, CallableModel):
-            core = drafter._core
-        else:
-            core = drafter
+        # A Model or CallableModel drafts through its extension object (`_drafter_core`);
+        # the extension names anything else that is not "lookup".
+        core = getattr(self.drafter, "_drafter_core", self.drafter)
         return _core.Speculative(core, draft_tokens=self.draft_tokens, adaptive=self.adaptive,
                                  ngram_min=self.ngram_min, ngram_max=self.ngram_max)
-
-
-def _settings(speculative: Union[Drafter, Speculative, None]) -> Optional[_core.Speculative]:
-    """The core settings of a ``speculative=`` argument (a drafter, or :class:`Speculative`)."""
-    if speculative is None:
-        return None
-    if not isinstance(speculative, Speculative):
-        speculative = Speculative(speculative)
-    return speculative._core_settings()
-
-
-@dataclass(frozen=True)
-class SpeculationStats:
-    """What speculative decoding did for one generation."""
-
-    drafted: int
-    """Tokens the drafter proposed (verified, or discarded after a rejection or the end)."""
-    accepted: int
-    """Drafted tokens kept."""
-    passes: int
-    """Target forward passes that produced tokens (each yields the accepted drafts plus one)."""
-    drafting_passes: int
-    """Passes that verified at least one draft."""
-
-    @property
-    def acceptance_rate(self) -> float:
-        """``accepted / drafted`` (0.0 when nothing was drafted)."""
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Drafts accepted per pass that had drafts (0.0 when none had)."""
-        return self.accepted / self.drafting_passes if self.drafting_passes else 0.0
-
-    @classmethod
-    def _from_core(cls, stats: Optional[tuple[int, int, int, int]]) -> Optional["SpeculationStats"]:
-        return None if stats is None else cls(*stats)

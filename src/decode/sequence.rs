@@ -42,6 +42,19 @@ pub struct StopConditions {
     pub stop_strings: Vec<String>,
 }
 
+impl StopConditions {
+    /// Stop strings must not be empty (an empty one would match before any text).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `stop`.
+    pub fn check_stop_strings(strings: &[String]) -> Result<()> {
+        if strings.iter().any(String::is_empty) {
+            return Err(Error::invalid_argument("stop", "stop strings must not be empty"));
+        }
+        Ok(())
+    }
+}
+
 /// Why generation stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -100,9 +113,7 @@ impl Request {
         if let Some(&id) = stop.stop_token_ids.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(Error::invalid_argument("stop_token_ids", format!("token id {id} is outside the vocabulary")));
         }
-        if stop.stop_strings.iter().any(String::is_empty) {
-            return Err(Error::invalid_argument("stop", "stop strings must not be empty"));
-        }
+        StopConditions::check_stop_strings(&stop.stop_strings)?;
         Ok(Request { prompt, sampler, stop, grammar: None })
     }
 

@@ -7,11 +7,11 @@ use std::time::Duration;
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
-use super::grammar::PyGrammarSpec;
-use super::request::request;
-use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
+use super::params::PyGenerationParams;
+use super::sampling::{step_tuple, StepTuple};
 use super::PyEngine;
 use crate::batch::{Event, Poll, RequestHandle};
+use crate::error::Error;
 
 /// One chunk: (text delta, token ids, finish reason on the last chunk, ln q per id, the step's
 /// statistics when the request asked for alternatives).
@@ -97,25 +97,18 @@ impl PyRequest {
     }
 }
 
-/// Queues a generation request on `engine`'s batch engine (started on first use).
+/// Queues a generation of `ids` with the settings of `params` on `engine`'s batch engine
+/// (started on first use). The batch engine does not decode speculatively.
 #[pyfunction]
-#[pyo3(signature = (engine, ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false, grammar=None))]
-#[allow(clippy::too_many_arguments)]
-fn submit(
-    py: Python<'_>,
-    engine: &PyEngine,
-    ids: Vec<i64>,
-    max_tokens: i64,
-    sampler: &PySamplerConfig,
-    stop_token_ids: Vec<i64>,
-    stop: Vec<String>,
-    steps: bool,
-    grammar: Option<PyRef<'_, PyGrammarSpec>>,
-) -> PyResult<PyRequest> {
-    let request = request(py, &engine.engine, ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref())?;
+fn submit(py: Python<'_>, engine: &PyEngine, ids: Vec<i64>, params: &PyGenerationParams) -> PyResult<PyRequest> {
+    if params.speculative(py).is_some() {
+        let message = "the batch engine (Model.submit) does not decode speculatively; use generate or stream";
+        return Err(Error::invalid_argument("speculative", message)).py();
+    }
+    let request = params.engine_request(py, &engine.engine, ids)?;
     let batch = engine.batch()?;
     let handle = py.detach(|| batch.submit(request)).py()?;
-    Ok(PyRequest { handle, with_steps: steps })
+    Ok(PyRequest { handle, with_steps: params.steps() })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -2,17 +2,17 @@
 //! extracted, the GIL is released, and the Rust API does the work.
 
 mod batch;
+mod callable;
 mod chat;
 mod decoding;
 mod errors;
 mod grammar;
+mod params;
 mod quantize;
-mod request;
 mod sampling;
 mod score;
 mod session;
 mod speculative;
-mod stream;
 mod tokenizer;
 
 use std::sync::{Arc, Mutex};
@@ -344,7 +344,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PySession>()?;
     sampling::register(m)?;
     score::register(m)?;
-    stream::register(m)?;
+    session::register(m)?;
+    params::register(m)?;
     batch::register(m)?;
     chat::register(m)?;
     quantize::register(m)?;

@@ -1,4 +1,8 @@
-//! The `Session` binding: one sequence with its KV cache (see `reprolm.Session`).
+//! The `Session` binding: one sequence with its KV cache (see `reprolm.Session`), and the
+//! streaming iterator over a session's generation (`Session.stream`): each token is computed
+//! with the GIL released, and pending signals are checked between tokens, so Ctrl-C stops
+//! generation within one token and leaves the session usable. (`Model.stream` runs on the
+//! batch engine, see `batch.rs`.)
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -6,16 +10,17 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
+use super::batch::ChunkTuple;
 use super::errors::IntoPyResult;
-use super::grammar::PyGrammarSpec;
-use super::sampling::{step_tuple, PySamplerConfig, StepTuple};
-use super::speculative::{stats_tuple, PySpeculative, StatsTuple};
-use super::stream::{step, PyStream};
-use super::request::request;
+use super::params::PyGenerationParams;
+use super::sampling::{step_tuple, StepTuple};
+use super::speculative::{stats_tuple, StatsTuple};
 use super::{token_ids, PyEngine, BLOCK_TOKENS};
+use crate::decode::speculative::SpeculationStats;
 use crate::decode::stream::Generator;
+use crate::decode::Step;
 use crate::engine::{Session, SessionOptions};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::model::{KvDtype, Overflow};
 
 /// A finished generation: (ids, text, finish reason, ln q per id, per-step statistics or [],
@@ -57,23 +62,12 @@ impl PySession {
         self.guard().take().ok_or_else(busy)
     }
 
-    /// Validates a generation's arguments and takes the session out into its generator
+    /// Builds the request of `params` for `ids` and takes the session out into its generator
     /// (putting it back if the generation cannot start).
-    #[allow(clippy::too_many_arguments)]
-    fn start(
-        &self,
-        py: Python<'_>,
-        ids: Vec<i64>,
-        max_tokens: i64,
-        sampler: &PySamplerConfig,
-        stop_token_ids: Vec<i64>,
-        stop: Vec<String>,
-        grammar: Option<&PyGrammarSpec>,
-        speculative: Option<&PySpeculative>,
-    ) -> PyResult<Generator> {
+    fn start(&self, py: Python<'_>, ids: Vec<i64>, params: &PyGenerationParams) -> PyResult<Generator> {
         let engine = self.get(|s| Arc::clone(s.engine()))?;
-        let request = request(py, &engine, ids, max_tokens, sampler, stop_token_ids, stop, grammar)?;
-        let speculation = speculative.map(|s| py.detach(|| s.for_engine(&engine, &request))).transpose().py()?;
+        let request = params.engine_request(py, &engine, ids)?;
+        let speculation = params.speculative(py).map(|s| s.get()).map(|s| py.detach(|| s.for_engine(&engine, &request))).transpose().py()?;
         let mut generator = Generator::try_new(self.take()?, request).map_err(|failed| {
             let (e, session) = *failed;
             self.put_back(session);
@@ -208,24 +202,12 @@ impl PySession {
     }
 
     /// Generates from `ids` (the whole context), reusing the cached shared prefix, with the
-    /// stop conditions of `Model.generate`: (ids, text, finish reason, ln q per id, per-step
-    /// statistics if `steps`). Ctrl-C stops it between tokens; the session stays usable.
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, steps=false, grammar=None, speculative=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn generate(
-        &self,
-        py: Python<'_>,
-        ids: Vec<i64>,
-        max_tokens: i64,
-        sampler: &PySamplerConfig,
-        stop_token_ids: Vec<i64>,
-        stop: Vec<String>,
-        steps: bool,
-        grammar: Option<PyRef<'_, PyGrammarSpec>>,
-        speculative: Option<PyRef<'_, PySpeculative>>,
-    ) -> PyResult<Generated> {
-        let mut generator =
-            self.start(py, ids, max_tokens, sampler, stop_token_ids, stop, grammar.as_deref(), speculative.as_deref())?;
+    /// settings of `params`: (ids, text, finish reason, ln q per id, per-step statistics if
+    /// asked for, speculation statistics when speculating). Ctrl-C stops it between tokens;
+    /// the session stays usable.
+    fn generate(&self, py: Python<'_>, ids: Vec<i64>, params: &PyGenerationParams) -> PyResult<Generated> {
+        let steps = params.steps();
+        let mut generator = self.start(py, ids, params)?;
         let (mut text, mut logprobs, mut stats) = (String::new(), Vec::new(), Vec::new());
         let result = loop {
             match step(py, &mut generator) {
@@ -251,28 +233,132 @@ impl PySession {
 
     /// `generate` as a stream of chunks (`Stream`); the session is busy until the stream has
     /// returned its last chunk, is closed or is dropped.
-    #[pyo3(signature = (ids, *, max_tokens, sampler, stop_token_ids, stop, grammar=None, speculative=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn stream(
-        slf: &Bound<'_, Self>,
-        ids: Vec<i64>,
-        max_tokens: i64,
-        sampler: &PySamplerConfig,
-        stop_token_ids: Vec<i64>,
-        stop: Vec<String>,
-        grammar: Option<PyRef<'_, PyGrammarSpec>>,
-        speculative: Option<PyRef<'_, PySpeculative>>,
-    ) -> PyResult<PyStream> {
-        let generator = slf.get().start(
-            slf.py(),
-            ids,
-            max_tokens,
-            sampler,
-            stop_token_ids,
-            stop,
-            grammar.as_deref(),
-            speculative.as_deref(),
-        )?;
+    fn stream(slf: &Bound<'_, Self>, ids: Vec<i64>, params: &PyGenerationParams) -> PyResult<PyStream> {
+        let generator = slf.get().start(slf.py(), ids, params)?;
         Ok(PyStream::on_session(generator, slf.clone().unbind()))
     }
+}
+
+/// A session on `engine` large enough for `prompt_len + max_tokens` positions, its cache of
+/// the batch engine's number type, or `ContextOverflow` when the model's context is shorter.
+pub(super) fn session_for(engine: &PyEngine, prompt_len: usize, max_tokens: usize) -> Result<Session> {
+    let needed = prompt_len + max_tokens;
+    let allowed = engine.engine.config().context_length;
+    if needed > allowed {
+        return Err(Error::ContextOverflow { requested: needed, allowed });
+    }
+    let options = SessionOptions { context_length: Some(needed), kv_dtype: engine.batch_options.kv_dtype, ..Default::default() };
+    Session::with_options(Arc::clone(&engine.engine), &options)
+}
+
+
+/// A session for one speculative generation of a prompt of `prompt_len` tokens with the
+/// settings of `params` on `engine` (`ContextOverflowError` beyond the model's context).
+#[pyfunction]
+fn solo_session(py: Python<'_>, engine: &PyEngine, prompt_len: usize, params: &PyGenerationParams) -> PyResult<PySession> {
+    let max_tokens = params.max_tokens();
+    py.detach(|| session_for(engine, prompt_len, max_tokens)).map(PySession::wrap).py()
+}
+
+fn chunk(step: Step) -> ChunkTuple {
+    let Step { selection, text, finish } = step;
+    (text, vec![selection.token], finish.map(|f| f.reason()), vec![selection.logprob], None)
+}
+
+/// Runs one step with the GIL released, after giving pending signals (Ctrl-C) their chance;
+/// a long prompt is computed in blocks first, with the same chance between blocks.
+pub(super) fn step(py: Python<'_>, generator: &mut Generator) -> PyResult<Option<Step>> {
+    py.check_signals()?;
+    while py.detach(|| generator.prefill_part(BLOCK_TOKENS)).py()? > 0 {
+        py.check_signals()?;
+    }
+    py.detach(|| generator.next_step()).py()
+}
+
+/// Iterator over the chunks of one session's generation (see `reprolm.Session.stream`).
+#[pyclass(name = "Stream", module = "reprolm._core")]
+pub(super) struct PyStream {
+    /// `None` once the session has been given back.
+    generator: Option<Generator>,
+    /// The chunk with the finish reason has been returned.
+    done: bool,
+    /// The `Session` whose session the generator holds until the stream ends or is dropped.
+    owner: Py<PySession>,
+    /// The speculation statistics when the generator was released.
+    final_stats: Option<SpeculationStats>,
+}
+
+impl PyStream {
+    /// A stream on a session taken out of `owner`, which gets it back when the stream ends.
+    pub(super) fn on_session(generator: Generator, owner: Py<PySession>) -> Self {
+        PyStream { generator: Some(generator), done: false, owner, final_stats: None }
+    }
+
+    /// Gives the owner its session back (after the last chunk, or when the stream is dropped).
+    fn release(&mut self) {
+        if let Some(generator) = self.generator.take() {
+            self.final_stats = generator.speculation_stats();
+            self.owner.get().put_back(generator.into_session());
+        }
+    }
+}
+
+impl Drop for PyStream {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+#[pymethods]
+impl PyStream {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<ChunkTuple>> {
+        let Some(generator) = self.generator.as_mut().filter(|_| !self.done) else {
+            return Ok(None);
+        };
+        let next = match step(py, generator) {
+            Ok(Some(step)) => {
+                self.done = step.finish.is_some();
+                Ok(Some(chunk(step)))
+            }
+            // Finished before any token (max_tokens = 0): one empty chunk carries the reason.
+            Ok(None) => {
+                self.done = true;
+                Ok(generator.finish().map(|f| (String::new(), Vec::new(), Some(f.reason()), Vec::new(), None)))
+            }
+            Err(e) => {
+                // A KeyboardInterrupt leaves the generator intact: iterating again resumes.
+                if !e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                    self.done = true;
+                }
+                Err(e)
+            }
+        };
+        if self.done {
+            self.release();
+        }
+        next
+    }
+
+    /// What speculation did so far: (drafted, accepted, passes, drafting passes), or None
+    /// without speculation.
+    #[getter]
+    fn speculation(&self) -> Option<StatsTuple> {
+        self.generator.as_ref().map_or(self.final_stats, Generator::speculation_stats).map(stats_tuple)
+    }
+
+    /// Ends the stream now and gives the session back.
+    fn close(&mut self) {
+        self.done = true;
+        self.release();
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyStream>()?;
+    m.add_function(wrap_pyfunction!(solo_session, m)?)?;
+    Ok(())
 }

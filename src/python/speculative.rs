@@ -6,8 +6,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use super::decoding::{session_for, PyCallableModel};
-use super::session::PySession;
+use super::callable::PyCallableModel;
 use super::errors::IntoPyResult;
 use super::PyEngine;
 use crate::decode::speculative::{DraftLength, DraftModel, Drafter, PromptLookup, Speculation, SpeculationStats};
@@ -130,16 +129,7 @@ impl PySpeculative {
     }
 }
 
-/// A session for one speculative generation of `prompt_len + max_tokens` positions on
-/// `engine` (`ContextOverflowError` beyond the model's context).
-#[pyfunction]
-fn solo_session(py: Python<'_>, engine: &PyEngine, prompt_len: usize, max_tokens: i64) -> PyResult<PySession> {
-    let max_tokens = count("max_tokens", max_tokens).py()?;
-    py.detach(|| session_for(engine, prompt_len, max_tokens)).map(PySession::wrap).py()
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySpeculative>()?;
-    m.add_function(wrap_pyfunction!(solo_session, m)?)?;
     Ok(())
 }

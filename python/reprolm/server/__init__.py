@@ -18,7 +18,9 @@ from typing import Iterator, Optional
 import uvicorn
 
 from .._model import Model
-from ._app import ServerConfig, _Server, create_app, model_fingerprint
+from ._app import create_app
+from ._config import ServerConfig, model_fingerprint
+from ._state import Server
 
 __all__ = ["ServerConfig", "create_app", "serve", "running", "model_fingerprint"]
 
@@ -30,7 +32,7 @@ class _Uvicorn(uvicorn.Server):
 
     def __init__(self, config: ServerConfig, model: Optional[Model], *, own_logging: bool) -> None:
         app = create_app(config, model)
-        self.reprolm: _Server = app.state.reprolm
+        self.reprolm: Server = app.state.reprolm
         # own_logging: uvicorn's log configuration (access log on stdout); else the caller's
         super().__init__(uvicorn.Config(
             app, host=config.host, port=config.port, log_level="info", lifespan="on",
