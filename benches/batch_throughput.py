@@ -102,7 +102,7 @@ def run_reprolm(model: "reprolm.Model", n: int, sampled: bool, new_tokens: int) 
 
 def batched_bench_binary(explicit: Optional[str]) -> Optional[Path]:
     """The ``llama-batched-bench`` to run: ``explicit``, else the first one found where
-    ``../shared/tools/llamacpp-tools.sh`` puts it."""
+    ``scripts/llamacpp-tools.sh`` puts it."""
     if explicit:
         return Path(explicit).expanduser()
     tools = Path.home() / ".cache" / "llamacpp-tools"
