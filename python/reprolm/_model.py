@@ -202,7 +202,8 @@ class Model:
 
     def engine_stats(self) -> EngineStats:
         """What the batch engine is doing now (all zeros before the first request)."""
-        return EngineStats(*self._engine.engine_stats())
+        counts, kv_memory = self._engine.engine_stats()
+        return EngineStats(*counts, *kv_memory)
 
     @property
     def precision(self) -> Precision:
