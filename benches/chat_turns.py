@@ -236,7 +236,9 @@ def main() -> int:
     p.add_argument("--turns", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=32)
     default_llama = Path.home() / ".cache/llamacpp-tools/build/bin/llama-server"
-    p.add_argument("--llama-server", type=Path, default=default_llama if default_llama.exists() else None)
+    p.add_argument("--llama-server", type=lambda s: Path(s) if s else None,
+                   default=default_llama if default_llama.exists() else None,
+                   help="llama.cpp's server binary ('' to leave it out)")
     args = p.parse_args()
     if args.model is None:
         import reprolm
