@@ -2,7 +2,7 @@
 on and off.
 
     python benches/chat_turns.py [--model PATH] [--threads 2] [--conversations 4] [--turns 6]
-                                 [--max-tokens 32]
+                                 [--max-tokens 32] [--llama-server PATH]
 
 Several conversations run at once, each in its own client thread, through
 ``POST /v1/chat/completions`` with ``stream: true``: every conversation starts with the same
@@ -17,6 +17,12 @@ conversations (from sending the request to the first streamed text), the median
 completion tokens/s of each run, and whether every reply was the same text on both servers
 (it must be: the cache changes no bits). Each server gets one warm-up request first. Name the
 CPU with the numbers: the script prints it.
+
+With ``--llama-server`` (default: ``~/.cache/llamacpp-tools/build/bin/llama-server`` when it
+exists), the same workload also runs on llama.cpp's server with the same model file and
+threads, one slot per conversation (``-np``) of 4,096 positions each, and its default prompt
+cache; its time to first token and throughput are printed beside reprolm's (its replies are
+its own, so they are not compared).
 """
 
 from __future__ import annotations
@@ -116,14 +122,20 @@ def free_port() -> int:
 
 
 class Server:
-    """``reprolm serve`` on a free loopback port; ``stop()`` ends it."""
+    """``reprolm serve`` (or, with ``llama_server``, llama.cpp's server) on a free loopback port;
+    ``stop()`` ends it."""
 
-    def __init__(self, model: Path, threads: int, concurrency: int, extra: list[str]) -> None:
+    def __init__(self, model: Path, threads: int, concurrency: int, extra: list[str],
+                 llama_server: Optional[Path] = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "reprolm", "serve", "-m", str(model), "--host", "127.0.0.1",
-               "--port", str(self.port), "--threads", str(threads), "--max-concurrent", str(max(concurrency, 1)),
-               *extra]
+        slots = max(concurrency, 1)
+        if llama_server is None:
+            cmd = [sys.executable, "-m", "reprolm", "serve", "-m", str(model), "--host", "127.0.0.1",
+                   "--port", str(self.port), "--threads", str(threads), "--max-concurrent", str(slots), *extra]
+        else:
+            cmd = [str(llama_server), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+                   "-t", str(threads), "-tb", str(threads), "-np", str(slots), "-c", str(4096 * slots), *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -223,6 +235,10 @@ def main() -> int:
     p.add_argument("--conversations", type=int, default=4)
     p.add_argument("--turns", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=32)
+    default_llama = Path.home() / ".cache/llamacpp-tools/build/bin/llama-server"
+    p.add_argument("--llama-server", type=lambda s: Path(s) if s else None,
+                   default=default_llama if default_llama.exists() else None,
+                   help="llama.cpp's server binary ('' to leave it out)")
     args = p.parse_args()
     if args.model is None:
         import reprolm
@@ -231,8 +247,12 @@ def main() -> int:
     print(f"CPU: {cpu_name()}; {os.cpu_count()} logical CPUs; {args.threads} threads; model {args.model.name}; "
           f"{args.conversations} conversations x {args.turns} turns, max_tokens {args.max_tokens}")
     results = {}
-    for name, extra in (("cache on", []), ("cache off", ["--prefix-cache-bytes", "0"])):
-        server = Server(args.model, args.threads, args.conversations, extra)
+    runs: list[tuple[str, list[str], Optional[Path]]] = [("cache on", [], None),
+                                                         ("cache off", ["--prefix-cache-bytes", "0"], None)]
+    if args.llama_server is not None:
+        runs.append(("llama-server", [], args.llama_server))
+    for name, extra, llama_server in runs:
+        server = Server(args.model, args.threads, args.conversations, extra, llama_server)
         try:
             results[name] = run(server, args.conversations, args.turns, args.max_tokens)
         finally:
@@ -251,6 +271,18 @@ def main() -> int:
           f"(wall {on['wall']:.1f} s vs {off['wall']:.1f} s)")
     same = on["replies"] == off["replies"]
     print(f"every reply the same text with the cache on and off: {same}")
+    llama: Optional[dict[str, Any]] = None
+    if "llama-server" in results:
+        ls = results["llama-server"]
+        later_ls = statistics.median([x for t in range(1, args.turns) for x in ls["ttft"][t]])
+        print("llama-server TTFT by turn (ms): "
+              + ", ".join(f"{statistics.median(ls['ttft'][t]) * 1e3:.0f}" for t in range(args.turns)))
+        print(f"llama-server: turns 2-{args.turns} median TTFT {later_ls * 1e3:.0f} ms "
+              f"(reprolm with the cache: {later_ls / later_on:.2f}x lower); completion tokens/s {ls['tok/s']:.1f} "
+              f"(reprolm with the cache: {on['tok/s'] / ls['tok/s']:.2f}x), wall {ls['wall']:.1f} s")
+        llama = {"ttft_ms_by_turn": [statistics.median(ls["ttft"][t]) * 1e3 for t in range(args.turns)],
+                 "later_turns_ttft_ms": later_ls * 1e3, "completion_tok_s": ls["tok/s"],
+                 "cached_tokens_by_turn": [statistics.median(ls["cached"][t]) for t in range(args.turns)]}
     write_record("chat_turns", {
         "threads": args.threads, "conversations": args.conversations, "turns": args.turns,
         "max_tokens": args.max_tokens,
@@ -261,6 +293,7 @@ def main() -> int:
         "later_turns_ttft_ms": {"on": later_on * 1e3, "off": later_off * 1e3},
         "completion_tok_s": {"on": on["tok/s"], "off": off["tok/s"]},
         "same_replies": same,
+        "llama_server": llama,
     }, model=args.model.name)
     return 0 if same else 1
 

@@ -46,7 +46,7 @@ class EngineStats:
     running: int
     """Sequences being computed."""
     kv_bytes: int
-    """Bytes of KV cache reserved by the running sequences."""
+    """Bytes of KV cache granted to the running sequences (their positions, in whole blocks of 16)."""
     passes: int
     """Forward passes run so far."""
     prompt_tokens: int
@@ -61,6 +61,13 @@ class EngineStats:
     """Blocks the prefix cache evicted to stay within its bound."""
     prefix_cache_bytes: int = 0
     """Bytes the prefix cache holds."""
+    preemptions: int = 0
+    """Running sequences preempted so far when the KV memory ran out (each was requeued and
+    recomputed later, with the same results)."""
+    kv_blocks_used: int = 0
+    """Blocks of 16 positions of KV memory granted to the running sequences."""
+    kv_blocks_free: int = 0
+    """Whole blocks of KV memory not granted to any sequence."""
 
 
 def _chunks(core: _core.Stream) -> Iterator[Chunk]:
@@ -189,7 +196,8 @@ class Model:
 
     def engine_stats(self) -> EngineStats:
         """What the batch engine is doing now (all zeros before the first request)."""
-        return EngineStats(*self._engine.engine_stats())
+        counts, kv_memory = self._engine.engine_stats()
+        return EngineStats(*counts, *kv_memory)
 
     @property
     def precision(self) -> Precision:

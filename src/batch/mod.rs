@@ -22,10 +22,18 @@
 //! pass to save passes, which pays for a sequence decoding alone; a full batch already shares
 //! each weight read among its sequences, and rejected drafts would take rows from them.
 //!
-//! **Memory.** Each admitted sequence gets its own KV cache sized for its prompt plus
-//! `max_tokens`, reserved against `kv_memory` before it runs, so a running sequence never runs
-//! out of room and the total never exceeds the limit; a request that could never fit is
-//! refused when submitted, the others wait for room.
+//! **Memory.** `kv_memory` is a budget of positions shared by the running sequences, granted in
+//! blocks of [`BLOCK_TOKENS`] positions as each sequence grows rather than reserved for its
+//! whole length at admission. A sequence is admitted when the blocks of its prompt fit with a
+//! block of room left for every running sequence. When a running sequence cannot grow, the
+//! most recently admitted sequence is preempted: its cache is freed and it goes back to the
+//! front of the queue with its decoder (the tokens generated so far and the sampler's state),
+//! and when it is admitted again its prompt and generated tokens are recomputed (partly from
+//! the prefix cache) before it continues. Recomputed rows have the bits of the first
+//! computation and the sampler draws from its own counter, so a preempted request's results do
+//! not change; the client sees only time. The oldest running sequence is never preempted, so
+//! the engine always makes progress. A request that could never fit (prompt plus `max_tokens`
+//! beyond the context or the whole `kv_memory`) is refused when submitted.
 //!
 //! **Prefix cache.** Full blocks of [`BLOCK_TOKENS`] positions of every sequence's keys and
 //! values (prompt and generated text) are kept in a [`PrefixCache`] bounded by
@@ -116,8 +124,16 @@ pub struct EngineStats {
     pub waiting: usize,
     /// Sequences running (admitted, not finished).
     pub running: usize,
-    /// Bytes of KV cache reserved by the running sequences.
+    /// Bytes of KV cache granted to the running sequences (their positions, rounded up to
+    /// whole blocks of [`BLOCK_TOKENS`]).
     pub kv_bytes: usize,
+    /// Blocks of [`BLOCK_TOKENS`] positions granted to the running sequences.
+    pub kv_blocks_used: usize,
+    /// Whole blocks of `kv_memory` not granted to any sequence.
+    pub kv_blocks_free: usize,
+    /// Running sequences preempted so far to let older ones grow (each was requeued and its
+    /// context recomputed when it was admitted again).
+    pub preemptions: u64,
     /// Forward passes run so far.
     pub passes: u64,
     /// Prompt tokens computed so far.

@@ -13,13 +13,23 @@ use crate::error::{Error, Result};
 use crate::kernels::Precision;
 use crate::model::{KvCache, KvCacheOptions, KvDtype, LogitRows, Overflow, Scratch, SeqInput};
 
+/// A request waiting for admission: new, or preempted (its decoder keeps the tokens generated
+/// so far and the sampler's state; its cache is recomputed when it is admitted again).
+struct Queued {
+    channel: Arc<Channel>,
+    seq: SequenceDecoder,
+    /// Preempted at least once (its prompt's cached-token count was already reported).
+    resumed: bool,
+}
+
 /// An admitted request: its decoder and its own KV cache.
 struct Running {
     channel: Arc<Channel>,
     seq: SequenceDecoder,
     cache: KvCache,
-    /// Bytes of `kv_memory` reserved for the cache.
-    reserved: usize,
+    /// Positions of the `kv_memory` budget granted to the cache: the positions it holds or is
+    /// about to write, rounded up to whole blocks of [`BLOCK_TOKENS`], at most its capacity.
+    granted: usize,
     /// Keys of the prefix-cache blocks copied at admission (pinned while it runs).
     reused: Vec<u64>,
     /// Key of the prefix-cache block of each full block of positions stored so far, in order.
@@ -34,22 +44,33 @@ impl Running {
         &self.seq.context()[self.cache.len()..]
     }
 
-    /// Whether the whole prompt has been through a pass (each pass now adds one token).
+    /// Whether the whole context but the last sampled token has been through a pass (each
+    /// pass now adds one token). A readmitted sequence recomputes its context first.
     fn decoding(&self) -> bool {
-        self.cache.len() >= self.seq.n_prompt()
+        self.cache.len() >= self.seq.n_prompt() && self.pending().len() == 1
     }
+}
+
+/// The positions of the budget a cache of `capacity` positions holding `positions` is granted:
+/// whole blocks, never more than its capacity (so a sequence alone always fits a budget of its
+/// capacity).
+fn grant_for(positions: usize, capacity: usize) -> usize {
+    positions.div_ceil(BLOCK_TOKENS).saturating_mul(BLOCK_TOKENS).min(capacity)
 }
 
 /// The scheduler's state, owned by the engine thread.
 struct Scheduler<'a> {
     engine: &'a Engine,
     options: BatchOptions,
-    /// Submitted, not yet admitted, in arrival order.
-    waiting: VecDeque<Submission>,
+    /// Not admitted: preempted sequences first (in admission order), then submissions in
+    /// arrival order.
+    waiting: VecDeque<Queued>,
     /// Admitted, in admission order.
     running: Vec<Running>,
-    /// Bytes of `kv_memory` reserved by `running`.
-    reserved: usize,
+    /// Positions of KV cache `kv_memory` holds.
+    budget: usize,
+    /// Positions granted to `running` (at most `budget`).
+    granted: usize,
     scratch: Scratch,
     /// Running totals (passes, tokens) for [`EngineStats`].
     totals: EngineStats,
@@ -79,12 +100,14 @@ fn prefix_cache(engine: &Engine, options: &BatchOptions) -> Option<PrefixCache> 
 
 /// The engine thread's loop: runs until the engine is dropped.
 pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) {
+    let eos = engine.config().eos_id;
     let mut s = Scheduler {
         engine,
         options,
         waiting: VecDeque::new(),
         running: Vec::new(),
-        reserved: 0,
+        budget: options.kv_memory / engine.kv_bytes_per_position(options.kv_dtype),
+        granted: 0,
         scratch: Scratch::default(),
         totals: EngineStats::default(),
         prefix_cache: prefix_cache(engine, &options),
@@ -93,7 +116,11 @@ pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) 
         {
             let mut inbox = wakeup.lock();
             loop {
-                s.waiting.extend(inbox.submitted.drain(..));
+                s.waiting.extend(inbox.submitted.drain(..).map(|Submission { request, channel }| Queued {
+                    channel,
+                    seq: SequenceDecoder::new(request, eos),
+                    resumed: false,
+                }));
                 if inbox.shutdown {
                     drop(inbox);
                     s.fail_all(|| Error::EngineStopped("the model was closed".into()));
@@ -124,19 +151,23 @@ pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) 
 
 impl Scheduler<'_> {
     fn stats(&self) -> EngineStats {
+        let per_position = self.engine.kv_bytes_per_position(self.options.kv_dtype);
+        let blocks_used: usize = self.running.iter().map(|r| r.granted.div_ceil(BLOCK_TOKENS)).sum();
         EngineStats {
             waiting: self.waiting.len(),
             running: self.running.len(),
-            kv_bytes: self.reserved,
+            kv_bytes: self.granted * per_position,
+            kv_blocks_used: blocks_used,
+            kv_blocks_free: (self.budget - self.granted) / BLOCK_TOKENS,
             prefix_cache: self.prefix_cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             ..self.totals
         }
     }
 
-    /// Frees what a sequence leaving the engine holds: its reserved bytes and its pins on
+    /// Frees what a sequence leaving the engine holds: its granted positions and its pins on
     /// prefix-cache blocks.
-    fn release(reserved: &mut usize, prefix_cache: &mut Option<PrefixCache>, r: &Running) {
-        *reserved -= r.reserved;
+    fn release(granted: &mut usize, prefix_cache: &mut Option<PrefixCache>, r: &Running) {
+        *granted -= r.granted;
         if let Some(cache) = prefix_cache {
             cache.release(&r.reused);
         }
@@ -161,69 +192,74 @@ impl Scheduler<'_> {
     /// Drops cancelled requests, waiting or running (their caches are freed here).
     fn drop_cancelled(&mut self) {
         self.waiting.retain(|w| !w.channel.is_cancelled());
-        let (reserved, prefix_cache) = (&mut self.reserved, &mut self.prefix_cache);
+        let (granted, prefix_cache) = (&mut self.granted, &mut self.prefix_cache);
         self.running.retain(|r| {
             let keep = !r.channel.is_cancelled();
             if !keep {
-                Self::release(reserved, prefix_cache, r);
+                Self::release(granted, prefix_cache, r);
             }
             keep
         });
     }
 
-    /// Admits waiting requests in arrival order while the running sequences and their
-    /// reserved caches fit the limits (the first that does not fit waits, and so do those
-    /// behind it).
+    /// Admits waiting requests in order while they fit: a sequence is granted the positions
+    /// of its context (prompt, or prompt and generated tokens when it was preempted), and is
+    /// admitted only if that leaves a block of room for every running sequence to grow into
+    /// (or if nothing runs). The first that does not fit waits, and so do those behind it.
     fn admit(&mut self) {
-        let per_position = self.engine.kv_bytes_per_position(self.options.kv_dtype);
         while self.running.len() < self.options.max_concurrent {
             let Some(next) = self.waiting.front() else { break };
             if next.channel.is_cancelled() {
                 self.waiting.pop_front();
                 continue;
             }
-            let capacity = next.request.positions_needed().max(1);
-            let bytes = capacity * per_position;
-            if self.reserved + bytes > self.options.kv_memory {
+            let context = next.seq.context().len();
+            let capacity = (context + next.seq.remaining()).max(1);
+            let grant = grant_for(context, capacity);
+            let headroom = (self.running.len() + 1) * BLOCK_TOKENS;
+            if !self.running.is_empty() && self.granted + grant + headroom > self.budget {
                 break;
             }
-            let Submission { request, channel } = self.waiting.pop_front().expect("checked above");
+            if self.granted + grant > self.budget {
+                break;
+            }
+            let Queued { channel, seq, resumed } = self.waiting.pop_front().expect("checked above");
+            if let Some(finish) = seq.finish() {
+                channel.push(Event::Finished(finish));
+                continue;
+            }
             let options = KvCacheOptions { capacity, dtype: self.options.kv_dtype, overflow: Overflow::Error };
             match KvCache::with_options(self.engine.config(), &options) {
                 Ok(mut cache) => {
-                    let seq = SequenceDecoder::new(request, self.engine.config().eos_id);
-                    if let Some(finish) = seq.finish() {
-                        channel.push(Event::Finished(finish));
-                        continue;
-                    }
-                    // Whole blocks of the prompt but its last token, which is always computed
-                    // (its logits choose the first token).
+                    // Whole blocks of the context but its last token, which is always computed
+                    // (its logits choose the next token).
                     let mut reused = Vec::new();
                     if let Some(prefix_cache) = &mut self.prefix_cache {
-                        let n_prompt = seq.n_prompt();
-                        let reusable = n_prompt.saturating_sub(1) / BLOCK_TOKENS * BLOCK_TOKENS;
+                        let reusable = (context - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
                         reused = prefix_cache.lookup(&seq.context()[..reusable]);
                         prefix_cache.copy_into(&reused, &mut cache);
+                    }
+                    if !resumed {
                         channel.set_cached_tokens(cache.len());
                     }
-                    self.reserved += bytes;
+                    self.granted += grant;
                     let blocks = reused.clone();
-                    self.running.push(Running { channel, seq, cache, reserved: bytes, reused, blocks, blocks_refused: false });
+                    self.running.push(Running { channel, seq, cache, granted: grant, reused, blocks, blocks_refused: false });
                 }
                 Err(e) => channel.push(Event::Error(e)),
             }
         }
     }
 
-    /// One forward pass and one token for every sequence whose prompt it completes.
-    fn pass(&mut self) {
-        // Rows: one per decoding sequence, then prompt chunks in admission order.
+    /// The rows each running sequence gives the next pass: one per decoding sequence, then
+    /// prompt (or recomputed context) chunks in admission order under the token budget.
+    fn rows(&self) -> Vec<usize> {
         let mut budget = self.options.max_batch_tokens;
         let mut take = vec![0usize; self.running.len()];
         for (i, r) in self.running.iter().enumerate() {
             if r.decoding() {
-                take[i] = r.pending().len();
-                budget -= take[i];
+                take[i] = 1;
+                budget -= 1;
             }
         }
         for (i, r) in self.running.iter().enumerate() {
@@ -232,6 +268,43 @@ impl Scheduler<'_> {
                 budget -= take[i];
             }
         }
+        take
+    }
+
+    /// Grants every running sequence the positions the next pass writes, preempting the most
+    /// recently admitted sequences while the budget cannot hold them; returns the rows of the
+    /// pass. A preempted sequence frees its cache and goes back to the front of the queue
+    /// with its decoder (the tokens generated so far and the sampler's state), so when it is
+    /// admitted again its context is recomputed (from the prefix cache where it holds it) and
+    /// it continues with the token it would have chosen.
+    fn grow(&mut self) -> Vec<usize> {
+        loop {
+            let take = self.rows();
+            let needed: Vec<usize> = self
+                .running
+                .iter()
+                .zip(&take)
+                .map(|(r, &n)| grant_for(r.cache.len() + n, r.cache.capacity()).max(r.granted))
+                .collect();
+            let total: usize = needed.iter().sum();
+            // A sequence alone fits: its grant is at most its capacity, at most the budget.
+            if total <= self.budget || self.running.len() == 1 {
+                for (r, n) in self.running.iter_mut().zip(needed) {
+                    r.granted = n;
+                }
+                self.granted = total;
+                return take;
+            }
+            let r = self.running.pop().expect("more than one running");
+            Self::release(&mut self.granted, &mut self.prefix_cache, &r);
+            self.totals.preemptions += 1;
+            self.waiting.push_front(Queued { channel: r.channel, seq: r.seq, resumed: true });
+        }
+    }
+
+    /// One forward pass and one token for every sequence whose prompt it completes.
+    fn pass(&mut self) {
+        let take = self.grow();
         self.totals.passes += 1;
         self.totals.prompt_tokens +=
             self.running.iter().zip(&take).filter(|(r, _)| !r.decoding()).map(|(_, &n)| n as u64).sum::<u64>();
@@ -273,13 +346,13 @@ impl Scheduler<'_> {
                 }
             };
         }
-        let (reserved, prefix_cache) = (&mut self.reserved, &mut self.prefix_cache);
+        let (granted, prefix_cache) = (&mut self.granted, &mut self.prefix_cache);
         let mut i = 0;
         self.running.retain(|r| {
             let keep = !finished[i];
             i += 1;
             if !keep {
-                Self::release(reserved, prefix_cache, r);
+                Self::release(granted, prefix_cache, r);
             }
             keep
         });
@@ -310,7 +383,7 @@ impl Scheduler<'_> {
                 cache.release(&r.reused);
             }
         }
-        self.reserved = 0;
+        self.granted = 0;
     }
 
     /// Ends every request, running or waiting, with an error.

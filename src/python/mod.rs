@@ -64,7 +64,7 @@ impl PyEngine {
 
 /// A count given from Python (at least 1); the error names the setting.
 /// `Engine.engine_stats`: see there.
-type EngineStatsTuple = (usize, usize, usize, u64, u64, u64, u64, u64, u64, usize);
+type EngineStatsTuple = ((usize, usize, usize, u64, u64, u64, u64, u64, u64, usize), (u64, usize, usize));
 
 fn positive(name: &str, value: i64) -> Result<usize, Error> {
     usize::try_from(value)
@@ -174,14 +174,18 @@ impl PyEngine {
         Ok(PyEngine { engine: Arc::new(engine), batch_options, batch: Mutex::new(None) })
     }
 
-    /// The batch engine's state: (waiting, running, kv_bytes, passes, prompt_tokens,
+    /// The batch engine's state: ((waiting, running, kv_bytes, passes, prompt_tokens,
     /// generated_tokens, prefix_cache_hits, prefix_cache_misses, prefix_cache_evictions,
-    /// prefix_cache_bytes); zeros before the first request.
+    /// prefix_cache_bytes), (preemptions, kv_blocks_used, kv_blocks_free)); zeros before the
+    /// first request.
     fn engine_stats(&self) -> EngineStatsTuple {
         let batch = self.batch.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let s = batch.filter(|b| !b.is_stale()).map(|b| b.stats()).unwrap_or_default();
         let p = s.prefix_cache;
-        (s.waiting, s.running, s.kv_bytes, s.passes, s.prompt_tokens, s.generated_tokens, p.hits, p.misses, p.evictions, p.bytes)
+        (
+            (s.waiting, s.running, s.kv_bytes, s.passes, s.prompt_tokens, s.generated_tokens, p.hits, p.misses, p.evictions, p.bytes),
+            (s.preemptions, s.kv_blocks_used, s.kv_blocks_free),
+        )
     }
 
     /// Bytes the batch engine's prefix cache may hold (0: none).

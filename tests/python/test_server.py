@@ -238,8 +238,9 @@ def test_metrics(server: ServerProcess, client: openai.OpenAI, model_id: str) ->
     assert after["reprolm_time_to_first_token_seconds_count"] - before["reprolm_time_to_first_token_seconds_count"] == 1
     assert after["reprolm_inter_token_latency_seconds_count"] - before["reprolm_inter_token_latency_seconds_count"] == 3
     for name in ("reprolm_queue_depth", "reprolm_running_sequences", "reprolm_kv_cache_bytes",
-                 "reprolm_sequences_in_flight"):
+                 "reprolm_kv_blocks_used", "reprolm_sequences_in_flight"):
         assert after[name] == 0, name
+    assert after["reprolm_kv_blocks_free"] > 0 and after["reprolm_preemptions_total"] == 0
 
 
 def test_api_key(server: ServerProcess, model_id: str) -> None:
