@@ -19,6 +19,7 @@ mod grammar;
 mod kernels;
 mod kernels_int8;
 mod kernels_kquant_int8;
+mod kernels_q5_int8;
 mod prefix_cache;
 mod quantize;
 mod sampler;
