@@ -305,3 +305,31 @@ fn kquant_int8_on_gemma3_tensors() {
     let types: std::collections::BTreeSet<_> = seen.iter().map(|s| s.0).collect();
     assert_eq!(types.into_iter().collect::<Vec<_>>(), ["Q4_K", "Q6_K"]);
 }
+
+/// A model loaded at int8 holds every matrix of the synthetic llama.cpp files that the int8
+/// kernels run in at most its ggml bytes. Q2_K, the one type without int8 kernels, runs the
+/// float32 kernels on its decoded (larger) layout in either precision.
+#[test]
+fn int8_models_hold_their_matrices_in_at_most_ggml_bytes() {
+    use reprolm::kernels::Precision;
+    use reprolm::model::{LlamaWeights, ModelConfig};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/synthetic");
+    let mut types = std::collections::BTreeSet::new();
+    for mix in ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "Q5_0", "Q5_1"] {
+        let file = GgufFile::open(dir.join(format!("tiny.{mix}.gguf"))).unwrap();
+        let config = ModelConfig::from_gguf(&file).unwrap();
+        let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
+        let layers = weights.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        for m in layers.chain([&weights.token_embd, &weights.output]) {
+            let (held, ggml) = (weights.mat(m).data.len(), m.ty.row_bytes(m.cols) * m.rows);
+            assert_eq!(weights.is_int8(m), m.ty != GgmlType::Q2_K, "{mix} {}", m.name);
+            if weights.is_int8(m) {
+                assert!(held <= ggml, "{mix} {}: {held} bytes held, {ggml} in the file", m.name);
+            }
+            types.insert(m.ty.name());
+        }
+    }
+    for t in ["Q2_K", "Q3_K", "Q4_0", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"] {
+        assert!(types.contains(t), "{t} in the files");
+    }
+}
