@@ -50,8 +50,8 @@ pub fn is_packed(ty: GgmlType) -> bool {
     !matches!(ty.kernel(), KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16)
 }
 
-/// Whether the int8 kernels can read matrices of this type (packed ggml blocks of 32, or a
-/// K-quant type of [`is_kquant_int8`]).
+/// Whether the int8 kernels can read matrices of this type (Q8_0, Q4_0, Q4_1 packed from
+/// ggml blocks of 32, or a type of [`has_own_int8_layout`]).
 pub fn is_int8_packable(ty: GgmlType) -> bool {
     matches!(ty.kernel(), KernelGroup::Q8_0 | KernelGroup::Q4_0 | KernelGroup::Q4_1) || has_own_int8_layout(ty)
 }
