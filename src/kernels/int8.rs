@@ -502,7 +502,10 @@ impl Kind for KQ3K {
     unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
         let mut pairs = [0i8; 32];
         for b in 0..n / SUPER_GROUPS {
-            pairs[16 * b..16 * (b + 1)].copy_from_slice(&kquant_low::q3k_scales(sub.add(kquant_low::SCALE_BYTES * b)));
+            // SAFETY: the row's scales part holds a chunk's (one or two) super-blocks' 12
+            // bytes each from `sub` on; a byte array needs no alignment.
+            let packed = &*sub.add(kquant_low::SCALE_BYTES * b).cast::<[u8; kquant_low::SCALE_BYTES]>();
+            pairs[16 * b..16 * (b + 1)].copy_from_slice(&kquant_low::q3k_scales(packed));
         }
         D::q3(codes, pairs.as_ptr().cast(), n)
     }

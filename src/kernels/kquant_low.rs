@@ -70,14 +70,13 @@ pub fn pack_rows(cols: usize, ggml: &[u8], out: &mut [u8]) {
     }
 }
 
-/// The sixteen sub-block scales of a super-block minus 32, from its 12 packed bytes at `h`:
+/// The sixteen sub-block scales of a super-block minus 32, from its 12 packed bytes `h`:
 /// ggml's unpacking of Q3_K's scales on 32-bit words.
 #[inline(always)]
-pub fn q3k_scales(h: *const u8) -> [i8; 16] {
+pub fn q3k_scales(h: &[u8; SCALE_BYTES]) -> [i8; 16] {
     const K1: u32 = 0x03030303;
     const K2: u32 = 0x0f0f0f0f;
-    // SAFETY (caller): `h` points at 12 bytes.
-    let w = |i: usize| unsafe { std::ptr::read_unaligned(h.add(4 * i).cast::<u32>()) }.to_le();
+    let w = |i: usize| u32::from_le_bytes([h[4 * i], h[4 * i + 1], h[4 * i + 2], h[4 * i + 3]]);
     let (a, b, t) = (w(0), w(1), w(2));
     let words = [
         (a & K2) | ((t & K1) << 4),
@@ -108,7 +107,7 @@ pub fn group(row: &[u8], groups: usize, g: usize) -> Group {
         let high = (byte(8 + v % 4) >> k) & 1;
         out.codes[v] = (low | (high << 2)) as i8 - 4;
     }
-    let sc = q3k_scales(scales[SCALE_BYTES * s..].as_ptr());
+    let sc = q3k_scales(scales[SCALE_BYTES * s..SCALE_BYTES * (s + 1)].try_into().unwrap());
     let d_at = SCALE_BYTES * supers + 2 * s;
     let d = half::f16::from_le_bytes([scales[d_at], scales[d_at + 1]]).to_f32();
     let j = 2 * (g % SUPER_GROUPS);
@@ -139,9 +138,9 @@ mod tests {
                 state ^= state << 17;
                 *b = (state >> 32) as u8;
             }
-            let sc = q3k_scales(h.as_ptr());
-            for j in 0..16 {
-                assert_eq!(sc[j], scale(&h, j), "{j}");
+            let sc = q3k_scales(&h);
+            for (j, &v) in sc.iter().enumerate() {
+                assert_eq!(v, scale(&h, j), "{j}");
             }
         }
     }
