@@ -18,6 +18,7 @@ mod grammar;
 mod kernels;
 mod kernels_int8;
 mod kernels_kquant_int8;
+mod kernels_q5_int8;
 mod kv_growth;
 mod prefix_cache;
 mod quantize;

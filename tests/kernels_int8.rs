@@ -12,7 +12,8 @@ use reprolm::kernels::{matmul_rows_int8, Isa, MatRef, Disjoint};
 use reprolm::tensor::{GgmlType, KernelGroup};
 
 
-const TYPES: [GgmlType; 4] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0];
+/// (Q5_0 and Q5_1 have a layout of their own: `kernels_q5_int8`.)
+const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
 /// Widths of 1, 2, 3, 5, 9, 16, 17, 18, 21 and 48 groups: full chunks of 16, narrow last
 /// chunks (1 to 4 groups) and padded wide ones (5 to 15). Row counts from 1 to 40, which `run`
 /// splits in two calls.
@@ -71,7 +72,7 @@ fn decode_row(ty: GgmlType, row: &[u8], cols: usize) -> (Vec<i32>, Vec<f64>, Vec
         let codes = &row[g * cb..(g + 1) * cb];
         for j in 0..32 {
             q[32 * g + j] = match ty {
-                GgmlType::Q8_0 | GgmlType::Q5_0 => codes[j] as i8 as i32,
+                GgmlType::Q8_0 => codes[j] as i8 as i32,
                 _ => {
                     let nib = if j < 16 { codes[j] & 0x0F } else { codes[j - 16] >> 4 } as i32;
                     if ty == GgmlType::Q4_0 {

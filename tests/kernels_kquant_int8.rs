@@ -1,4 +1,5 @@
-//! The int8 kernels of the K-quant types (Q4_K, Q5_K, Q6_K; layout in `kernels::kquant`, order of
+//! The int8 kernels of the K-quant types (Q4_K, Q5_K, Q6_K, Q3_K; layout in `kernels::kquant`
+//! and `kernels::kquant_low`, order of
 //! operations in `kernels::int8`): every ISA against the scalar twin bit for bit, and the
 //! scalar twin against a float64 evaluation of the definition, step by step with f32
 //! rounding where the definition rounds, equal bit for bit. The weights are decoded here from
@@ -8,12 +9,12 @@
 use crate::common::{cached_model, Rng};
 
 use reprolm::gguf::GgufFile;
-use reprolm::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_kquant_int8, layout_row_bytes, pack_rows_in, Layout};
+use reprolm::kernels::packed::{dequantize_packed_row_in, has_own_int8_layout, is_int8_packable, is_kquant_int8, layout_row_bytes, pack_rows_in, Layout};
 use reprolm::kernels::quantize_act::{code_offset, QuantizedRows};
 use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
-const TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+const TYPES: [GgmlType; 4] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K];
 /// 1, 2, 3, 5, 8 and 17 super-blocks: last chunks of 8 groups (padded) and of 16.
 const SHAPES: [(usize, usize); 6] = [(1, 256), (7, 512), (33, 768), (3, 1280), (24, 2048), (5, 4352)];
 const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
@@ -23,8 +24,8 @@ fn int8_isas() -> Vec<Isa> {
 }
 
 /// A row of ggml blocks decoded by ggml's definitions, per group of 32 values: integer codes
-/// (Q4_K `0..16`, Q5_K `0..32`, Q6_K `-32..32`), the two integer scales of its halves (Q4_K,
-/// Q5_K: one scale twice), the integer min (Q4_K, Q5_K), and the super-block's f16 `d` and
+/// (Q4_K `0..16`, Q5_K `0..32`, Q6_K `-32..32`, Q3_K `-4..4`), the two integer scales of its
+/// halves (Q4_K, Q5_K: one scale twice), the integer min (Q4_K, Q5_K), and the super-block's f16 `d` and
 /// `dmin`.
 struct Decoded {
     q: Vec<i64>,
@@ -96,6 +97,30 @@ fn decode(ty: GgmlType, row: &[u8]) -> Decoded {
                     out.dmin.push(0.0);
                 }
             }
+            // {hmask[32], qs[64], scales[12], d}: ggml's `dequantize_row_q3_K` loop: half n
+            // of 128 values, quarter k of 32, value l: bits 2k.. of qs[32n + l], minus 4
+            // unless bit 4n + k of hmask[l] is set; sub-block j's 6-bit scale: low 4 bits
+            // from nibble j / 8 of scales[j % 8], high 2 from bits 2 (j / 4) of
+            // scales[8 + j % 4], minus 32.
+            GgmlType::Q3_K => {
+                for v in 0..256 {
+                    let (n, k, l) = (v / 128, (v % 128) / 32, v % 32);
+                    let q = (b[32 + 32 * n + l] >> (2 * k)) & 3;
+                    let set = (b[l] >> (4 * n + k)) & 1 == 1;
+                    out.q.push(q as i64 - if set { 0 } else { 4 });
+                }
+                let sc = |j: usize| {
+                    let low = (b[96 + j % 8] >> (4 * (j / 8))) & 0x0F;
+                    let high = (b[104 + j % 4] >> (2 * (j / 4))) & 3;
+                    (low | (high << 4)) as i64 - 32
+                };
+                for g in 0..8 {
+                    out.sc.push([sc(2 * g), sc(2 * g + 1)]);
+                    out.m.push(0);
+                    out.d.push(f16(&b[108..110]));
+                    out.dmin.push(0.0);
+                }
+            }
             _ => unreachable!(),
         }
     }
@@ -145,7 +170,7 @@ fn definition(ty: GgmlType, w: &Decoded, act: &QuantizedRows, t: usize, cols: us
         assert!(isum.abs() < 1 << 24 && (dw as f32) as f64 == dw, "exact by the bounds in the docs");
         let dd = (dw * act.d[lane] as f64) as f32;
         acc[l] = fma32(dd, isum as f32, acc[l]);
-        if ty != GgmlType::Q6_K {
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
             let mw = -(w.dmin[g] * w.m[g] as f64);
             assert_eq!((mw as f32) as f64, mw);
             acc[l] = fma32(mw as f32, act.s[lane], acc[l]);
@@ -237,20 +262,19 @@ fn kquant_int8_paths_agree_bitwise_and_equal_their_definition() {
     }
 }
 
-/// Every int8 type's packed row is at most its ggml row, except Q5_0, which the int8
-/// kernels read as Q8_0 (34 bytes per 32 values against ggml's 22): the one type still held
-/// larger than its file.
+/// Every int8 type's packed row is at most its ggml row.
 #[test]
 fn int8_layout_is_at_most_ggml_bytes() {
-    for ty in GgmlType::ALL.into_iter().filter(|&t| is_int8_packable(t) && t != GgmlType::Q5_0) {
+    for ty in GgmlType::ALL.into_iter().filter(|&t| is_int8_packable(t)) {
         for blocks in [1, 2, 3, 8, 17] {
             let cols = blocks * ty.block_size().max(32);
             let (packed, ggml) = (layout_row_bytes(ty, Layout::Chunked, cols), ty.row_bytes(cols));
             assert!(packed <= ggml, "{} at {cols} columns: {packed} bytes packed, {ggml} in ggml", ty.name());
         }
     }
-    // The K-quant types are among them.
-    assert!(TYPES.iter().all(|&t| is_int8_packable(t) && is_kquant_int8(t)));
+    // The K-quant types and Q5_0, Q5_1 are among them.
+    assert!(TYPES.iter().all(|&t| is_int8_packable(t) && has_own_int8_layout(t)));
+    assert!([GgmlType::Q5_0, GgmlType::Q5_1].iter().all(|&t| is_int8_packable(t) && has_own_int8_layout(t)));
 }
 
 #[test]
@@ -280,4 +304,32 @@ fn kquant_int8_on_gemma3_tensors() {
     }
     let types: std::collections::BTreeSet<_> = seen.iter().map(|s| s.0).collect();
     assert_eq!(types.into_iter().collect::<Vec<_>>(), ["Q4_K", "Q6_K"]);
+}
+
+/// A model loaded at int8 holds every matrix of the synthetic llama.cpp files that the int8
+/// kernels run in at most its ggml bytes. Q2_K, the one type without int8 kernels, runs the
+/// float32 kernels on its decoded (larger) layout in either precision.
+#[test]
+fn int8_models_hold_their_matrices_in_at_most_ggml_bytes() {
+    use reprolm::kernels::Precision;
+    use reprolm::model::{LlamaWeights, ModelConfig};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/synthetic");
+    let mut types = std::collections::BTreeSet::new();
+    for mix in ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "Q5_0", "Q5_1"] {
+        let file = GgufFile::open(dir.join(format!("tiny.{mix}.gguf"))).unwrap();
+        let config = ModelConfig::from_gguf(&file).unwrap();
+        let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
+        let layers = weights.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        for m in layers.chain([&weights.token_embd, &weights.output]) {
+            let (held, ggml) = (weights.mat(m).data.len(), m.ty.row_bytes(m.cols) * m.rows);
+            assert_eq!(weights.is_int8(m), m.ty != GgmlType::Q2_K, "{mix} {}", m.name);
+            if weights.is_int8(m) {
+                assert!(held <= ggml, "{mix} {}: {held} bytes held, {ggml} in the file", m.name);
+            }
+            types.insert(m.ty.name());
+        }
+    }
+    for t in ["Q2_K", "Q3_K", "Q4_0", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0"] {
+        assert!(types.contains(t), "{t} in the files");
+    }
 }

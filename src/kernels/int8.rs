@@ -1,17 +1,19 @@
-//! The `precision = "int8"` kernels: packed quantized weight rows (Q4_0, Q4_1, Q8_0 (and Q5_0,
-//! held as Q8_0), codes
-//! in the chunked layout of [`super::packed`]) against activation rows quantized per group
-//! of 32 by [`super::quantize_act`].
+//! The `precision = "int8"` kernels: packed quantized weight rows (Q4_0, Q4_1, Q8_0, codes
+//! in the chunked layout of [`super::packed`]; Q5_0 and Q5_1 in that of [`super::q5`]; the
+//! K-quants in those of [`super::kquant`] and [`super::kquant_low`]) against activation rows
+//! quantized per group of 32 by [`super::quantize_act`].
 //!
 //! Canonical operation order for one output (weight row `w`, activation row `x`). Groups
 //! come in chunks of 16; lane `l` of chunk `c` is group `g = 16c + l`. Per chunk:
 //!
 //! 1. `isum[l]` = the group's integer dot product, exact in i32:
 //!    `sum_i q_w[i] * q_x[i]` with `q_w` the code (Q8_0: signed byte; Q4_1: nibble `0..15`;
-//!    Q4_0: nibble minus 8). `|isum| <= 32 * 128 * 127 < 2^24`, so `f32(isum)` is exact;
+//!    Q4_0: nibble minus 8; Q5_1: 5-bit `0..31`; Q5_0: 5-bit minus 16).
+//!    `|isum| <= 32 * 128 * 127 < 2^24`, so `f32(isum)` is exact;
 //! 2. `dd[l] = d_w[g] * d_x[g]` (f32 multiplication, `d_w` the f16 scale converted exactly);
 //! 3. `acc = fma(dd, f32(isum), acc)`;
-//! 4. Q4_1 only: `acc = fma(m_w[g], s_x[g], acc)` (`s_x = d_x * qsum_x`, see `quantize_act`).
+//! 4. Q4_1 and Q5_1 only: `acc = fma(m_w[g], s_x[g], acc)` (`s_x = d_x * qsum_x`, see
+//!    `quantize_act`).
 //!
 //! `acc` (16 f32 lanes) starts at zero; lanes past the last group have `d_w = m_w = 0`,
 //! `isum = 0`. A narrow last chunk (`n <= 4` groups, see `quantize_act`) has lane
@@ -49,6 +51,15 @@
 //!   f32. Step 2 uses the super-block's `d_w = d` (f16, exact), step 3 as above, no step 4.
 //!   Each ISA takes the unsigned `u` and subtracts `32 * ` the activation codes' half sums
 //!   (`hsum` and `qsum - hsum` of [`super::quantize_act`]).
+//! - Q3_K is Q6_K with 3-bit codes `c` in `-4..4` and 6-bit sub-block scales `sc` in
+//!   `-32..32` (unpacked in the kernel from ggml's 12 bytes): step 1 is
+//!   `isum = sc_0 * sum_{i<16} c_i x_i + sc_1 * sum_{i>=16} c_i x_i`, at most
+//!   `2 * 32 * 16 * 4 * 127 = 520192` in magnitude; steps 2 and 3 as Q6_K's. The ISAs take
+//!   `c + 32` as Q6_K's `u` and the same dot product.
+//!
+//! Q5_0 and Q5_1 (rows of groups of 32, so a last chunk may be narrow) are Q4_0 and Q4_1 with
+//! 5-bit codes: `|isum| <= 32 * 31 * 127` (Q5_1), `32 * 16 * 127` (Q5_0); a narrow chunk's
+//! lanes take the 5-bit codes of their 8 values.
 
 // Lane, token and row indices address several arrays at once in these loops.
 #![allow(clippy::needless_range_loop)]
@@ -60,7 +71,8 @@ use super::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
 use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, Layout};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use super::{check_out, f16_chunk, prefetch, Disjoint, Isa, MatRef, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
-use crate::tensor::KernelGroup;
+use super::{kquant_low, q5};
+use crate::tensor::{GgmlType, KernelGroup};
 
 /// `[e(0), e(1), ..., e(n - 1)]` for an expression `e` of the index, written in place rather
 /// than in a closure: a closure does not inherit the caller's target features, so its
@@ -124,9 +136,16 @@ pub(crate) trait IntLanes: Copy {
     unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self;
     /// Lane `l`: `sum of signed code * x`; `qsum` is the chunk's 16 activation code sums.
     unsafe fn dot_q8(w: &Self::Q8, x: *const i8, qsum: *const i32) -> Self;
-    /// Q5_K codes (`0..32`) of a chunk of `n` (8 or 16) groups at `codes`, unpacked to 8
-    /// words as `Q4`; missing lanes are zero.
+    /// 5-bit codes (`0..32`, Q5_K's and Q5_0's layout) of a wide chunk of `n` (1 to 16)
+    /// groups at `codes`, unpacked to 8 words as `Q4`; missing lanes are zero.
     unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4;
+    /// The 5-bit codes of a narrow chunk of `n <= 4` groups ([`super::q5`]: `16 n` nibble
+    /// bytes in the grouped order, then `n` words of high bits) as `t4` unpacks nibbles:
+    /// lane `4g + w` of half 0 values `4w..4w + 4` of group `g`, of half 1 values `16 + 4w..`.
+    unsafe fn t5(codes: *const u8, n: usize) -> Self::T4;
+    /// Q3_K codes of a chunk of `n` (8 or 16) groups at `codes` ([`super::kquant_low`]) as
+    /// Q6_K's: `u = c + 32`, with the sub-block scales at `sub` (`[n][2]` i8).
+    unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6;
     /// Lane `l`: `sum of code (0..31) * x`; by default `dot_q4`'s sums, which have room for
     /// 5-bit codes unless an ISA overrides this.
     #[inline(always)]
@@ -170,6 +189,11 @@ pub(crate) trait IntLanes: Copy {
     }
     /// `self - 8 * qsum` lane-wise.
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self;
+    /// `self - 16 * qsum` lane-wise (exact: the bounds in the module docs).
+    #[inline(always)]
+    unsafe fn minus_16_qsum(self, qsum: *const i32) -> Self {
+        self.minus_8_qsum(qsum).minus_8_qsum(qsum)
+    }
     /// Exact conversion (every value is below 2^24 in magnitude).
     unsafe fn to_f32(self) -> Self::F;
     /// A narrow chunk's nibble codes (`n <= 4` groups, `16n` bytes, lane `4g + w` = code
@@ -209,9 +233,15 @@ pub(crate) trait Kind {
     /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
     const WORD_PAIRS: bool = true;
     type W<D: IntLanes>: Copy;
-    /// A chunk's codes at `codes` (`n` groups); `sub`: the chunk's first group's sub-block
-    /// scales (Q6_K; the scales part of the row, 2 bytes per group).
+    /// A chunk's codes at `codes` (`n` groups); `sub`: the chunk's sub-block scales
+    /// ([`Kind::sub_ptr`]).
     unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> Self::W<D>;
+    /// Where the sub-block scales of the chunk starting at group `g0` are, for a row whose
+    /// scales part starts at `s` (`groups` groups): by default 2 bytes per group (Q6_K's).
+    #[inline(always)]
+    unsafe fn sub_ptr(s: *const u8, _groups: usize, g0: usize) -> *const u8 {
+        s.add(2 * g0)
+    }
     /// `qsum`, `hsum`: the chunk's 16 activation code sums and first-half sums.
     unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D;
     /// The chunk's weight scales `d_w` and offsets `m_w` (zero if none) of groups
@@ -396,6 +426,107 @@ impl Kind for KQ6K {
     }
 }
 
+/// Q5_0: Q4_0's arithmetic on 5-bit codes `u - 16` ([`super::q5`]: `[G][20]` code bytes,
+/// `[G]` f16 `d`).
+struct KQ5_0;
+impl Kind for KQ5_0 {
+    const CODE_BYTES: usize = q5::CODE_BYTES;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = Some(4);
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q5(codes, n)
+    }
+    /// `sum (u - 16) x = sum u x - 16 sum x`.
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q5(w, x).minus_16_qsum(qsum)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
+        D::dot_t4(w, x).minus_16_qsum(sums)
+    }
+}
+
+/// Q5_1: Q4_1's arithmetic on 5-bit codes ([`super::q5`]: `[G][20]` code bytes, `[G]` f16
+/// `d`, `[G]` f16 `m`).
+struct KQ5_1;
+impl Kind for KQ5_1 {
+    const CODE_BYTES: usize = q5::CODE_BYTES;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q5(w, x)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
+        D::dot_t4(w, x)
+    }
+}
+
+/// Q3_K: Q6_K's arithmetic on 3-bit codes, the sub-block scales unpacked from ggml's 12
+/// bytes per super-block ([`super::kquant_low`]: `[G][12]` code bytes, `[S][12]` scales,
+/// `[S]` f16 `d`).
+struct KQ3K;
+impl Kind for KQ3K {
+    const CODE_BYTES: usize = kquant_low::CODE_BYTES;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q6;
+    #[inline(always)]
+    unsafe fn sub_ptr(s: *const u8, _groups: usize, g0: usize) -> *const u8 {
+        s.add(kquant_low::SCALE_BYTES * (g0 / SUPER_GROUPS))
+    }
+    /// `sub`: the packed scales of the chunk's first super-block (the second's follow).
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
+        let mut pairs = [0i8; 32];
+        for b in 0..n / SUPER_GROUPS {
+            // SAFETY: the row's scales part holds a chunk's (one or two) super-blocks' 12
+            // bytes each from `sub` on; a byte array needs no alignment.
+            let packed = &*sub.add(kquant_low::SCALE_BYTES * b).cast::<[u8; kquant_low::SCALE_BYTES]>();
+            pairs[16 * b..16 * (b + 1)].copy_from_slice(&kquant_low::q3k_scales(packed));
+        }
+        D::q3(codes, pairs.as_ptr().cast(), n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+        D::dot_q6(w, x, qsum, hsum)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        let d = s.add(kquant_low::SCALE_BYTES * (groups / SUPER_GROUPS) + 2 * (g0 / SUPER_GROUPS));
+        (D::q6k_scales(d, n), <D::F as Lanes16>::zero())
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
 /// The f16 at `p` (little-endian), exactly converted.
 #[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
@@ -404,14 +535,17 @@ unsafe fn f16_at(p: *const u8) -> f32 {
 
 #[inline(always)]
 unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    match w.ty.kernel() {
-        KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
-        KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
-        KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
-        _ => match w.ty {
-            crate::tensor::GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
-            crate::tensor::GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
-            crate::tensor::GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
+    match w.ty {
+        GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
+        GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
+        GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
+        GgmlType::Q3_K => tiles::<D, KQ3K>(w, act, rows, out, token_stride),
+        GgmlType::Q5_0 => tiles::<D, KQ5_0>(w, act, rows, out, token_stride),
+        GgmlType::Q5_1 => tiles::<D, KQ5_1>(w, act, rows, out, token_stride),
+        _ => match w.ty.kernel() {
+            KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
+            KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
+            KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
             _ => unreachable!("checked by is_int8_packable"),
         },
     }
@@ -544,7 +678,7 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
 ) {
     let g0 = c * CHUNK_GROUPS;
     let n = (groups - g0).min(CHUNK_GROUPS);
-    let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), d_ptr[r].add(2 * g0), n));
+    let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr[r], groups, g0), n));
     let (dw, mw) = chunk_scales::<D, K, NR>(d_ptr, groups, g0, n);
     for t in 0..NT {
         let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
@@ -621,6 +755,31 @@ impl IntLanes for ScalarI32 {
             }
         }
         w
+    }
+    #[inline(always)]
+    unsafe fn t5(codes: *const u8, n: usize) -> Self::T4 {
+        let mut w = [[0u8; 64]; 2];
+        for i in 0..16 * n {
+            // Lane 4g + v / 4 (value v % 4 of it): group g, word v / 4 of its bytes.
+            let (g, k, b) = (i / 16, (i % 16) / 4, i % 4);
+            let (c, high) = (*codes.add(i), *codes.add(16 * n + 4 * g + b));
+            w[0][i] = (c & 0x0F) | (((high >> k) & 1) << 4);
+            w[1][i] = (c >> 4) | (((high >> (k + 4)) & 1) << 4);
+        }
+        w
+    }
+    #[inline(always)]
+    unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+        let mut w = [[0u8; 64]; 8];
+        for (k, word) in w.iter_mut().enumerate() {
+            for i in 0..4 * n {
+                let low = (*codes.add(4 * n * (k / 4) + i) >> (2 * (k % 4))) & 3;
+                let high = (*codes.add(8 * n + i) >> k) & 1;
+                word[i] = (low | (high << 2)) + 28;
+            }
+        }
+        let (s0, s1) = q6_sub_scales(sub, n);
+        (w, s0, s1)
     }
     /// ([word][lane * 4 + byte] of `u`, `sc_0` per lane, `sc_1` per lane)
     type Q6 = ([[u8; 64]; 8], [i32; 16], [i32; 16]);
@@ -780,6 +939,15 @@ mod x86 {
         }
     }
 
+    /// Q6_K's layout of sub-block scales (`[n][2]` i8 at `sub`) as (`sc_0`, `sc_1`) lanes,
+    /// zero past `n`.
+    #[inline(always)]
+    unsafe fn sub_scales512(sub: *const u8, n: usize) -> (__m512i, __m512i) {
+        // Lane l: the i16 `sc_1 * 256 + (sc_0 as u8)`, sign-extended.
+        let pairs = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast()));
+        (_mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24), _mm512_srai_epi32(pairs, 8))
+    }
+
     /// 16 f32 lanes: lanes 0..8 lane `a` of `v`, lanes 8..16 lane `b` (a super-block's
     /// value spread over its 8 groups).
     #[inline(always)]
@@ -856,11 +1024,36 @@ mod x86 {
                 w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
                 w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
             }
-            // Lane l: the i16 `sc_1 * 256 + (sc_0 as u8)`, sign-extended.
-            let pairs = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast()));
-            let sc0 = _mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24);
-            let sc1 = _mm512_srai_epi32(pairs, 8);
+            let (sc0, sc1) = sub_scales512(sub, n);
             (w, sc0, sc1)
+        }
+        #[inline(always)]
+        unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+            let (m2, one, bias) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1), _mm512_set1_epi8(28));
+            let low = [word512(codes, 0, n), word512(codes, 1, n)];
+            let high = word512(codes, 2, n);
+            // Per byte: the 2-bit field moved down and masked, bit k moved to bit 2, plus 28
+            // (at most 35: no carry into the next byte).
+            let w = per_index!(8, |k| {
+                let l = _mm512_and_si512(_mm512_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
+                let h = _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);
+                _mm512_add_epi8(_mm512_or_si512(l, h), bias)
+            });
+            let (sc0, sc1) = sub_scales512(sub, n);
+            (w, sc0, sc1)
+        }
+        #[inline(always)]
+        unsafe fn t5(codes: *const u8, n: usize) -> Self::T4 {
+            let (m4, one) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
+            let v = lanes512(codes, 4 * n);
+            // Lane 4g + w: group g's word of high bits, shifted right by w (half 0) or w + 4
+            // (half 1), so bit 0 of byte b is bit 4 of the lane's value b.
+            let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+            let high = _mm512_permutexvar_epi32(idx, lanes512(codes.add(16 * n), n));
+            let shift = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+            let hb = |s: __m512i| _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi32(high, s), one), 4);
+            let (h0, h1) = (hb(shift), hb(_mm512_add_epi32(shift, _mm512_set1_epi32(4))));
+            [_mm512_or_si512(_mm512_and_si512(v, m4), h0), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), h1)]
         }
         /// Each half: 4 `vpdpbusd` of `u <= 63` and `|x| <= 127`, at most
         /// `16 * 63 * 127 = 128016`; then exact (bounds in the module docs).
@@ -1064,6 +1257,42 @@ mod x86 {
             }
             Avx2I32(out[0], out[1])
         }
+        #[inline(always)]
+        unsafe fn t5(codes: *const u8, n: usize) -> Self::T4 {
+            let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+            // The n (at most 4) words of high bits, as the AVX-512 `t5`.
+            let high = lanes256(codes.add(16 * n), n, 0);
+            let shift = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
+            let mut w = [[_mm256_setzero_si256(); 2]; 2];
+            for h in 0..2 {
+                let v = lanes256(codes, 4 * n, h);
+                let (a, b) = (2 * h as i32, 2 * h as i32 + 1);
+                let hw = _mm256_permutevar8x32_epi32(high, _mm256_setr_epi32(a, a, a, a, b, b, b, b));
+                let hb0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(hw, shift), one), 4);
+                let hb1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(hw, _mm256_add_epi32(shift, _mm256_set1_epi32(4))), one), 4);
+                w[0][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb0);
+                w[1][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb1);
+            }
+            w
+        }
+        #[inline(always)]
+        unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+            let (m2, one, bias) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi8(28));
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for h in 0..2 {
+                let low = [word256(codes, 0, n, h), word256(codes, 1, n, h)];
+                let high = word256(codes, 2, n, h);
+                // As the AVX-512 `q3`.
+                for (k, word) in w.iter_mut().enumerate() {
+                    let l = _mm256_and_si256(_mm256_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
+                    let hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);
+                    word[h] = _mm256_add_epi8(_mm256_or_si256(l, hb), bias);
+                }
+            }
+            let (s0, s1) = q6_sub_scales(sub, n);
+            let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
+            (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
+        }
         /// ([word][half] of `u`, `sc_0` per half, `sc_1` per half)
         type Q6 = ([[__m256i; 2]; 8], [__m256i; 2], [__m256i; 2]);
         #[inline(always)]
@@ -1208,7 +1437,8 @@ mod x86 {
             }
             (abs, raw)
         }
-        /// Pair sums at most `2 * 15 * 127`, two of them added in i16: `4 * 15 * 127 = 7620`.
+        /// Pair sums at most `2 * 31 * 127` (5-bit codes of `t5`; nibbles less), two of them
+        /// added in i16: at most `4 * 31 * 127 = 15748`.
         #[inline(always)]
         unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
             let ones = _mm256_set1_epi16(1);

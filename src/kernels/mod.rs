@@ -9,8 +9,10 @@ pub mod elementwise;
 mod groups;
 pub mod int8;
 pub mod kquant;
+pub mod kquant_low;
 mod lanes;
 pub mod packed;
+pub mod q5;
 pub mod quantize_act;
 
 use std::ops::Range;

@@ -10,8 +10,8 @@
 //! [G] f16 m        offsets (Q4_1 only)
 //! ```
 //!
-//! which takes exactly as many bytes as the ggml row (Q8_0, Q4_0, Q4_1; Q5_0 is held as
-//! Q8_0, its 5-bit codes in signed bytes).
+//! which takes exactly as many bytes as the ggml row (Q8_0, Q4_0, Q4_1; for the float32
+//! kernels Q5_0 is held as Q8_0, its 5-bit codes in signed bytes).
 //!
 //! Types the kernels read as decoded groups ([`KernelGroup::Groups`]: Q5_1 and the
 //! K-quants) are decoded at load into [`Group`]s and stored as
@@ -38,9 +38,10 @@
 //! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
 //! Scales and offsets are unchanged.
 //!
-//! The K-quant types with int8 kernels ([`is_kquant_int8`]: Q4_K, Q5_K, Q6_K) have a chunked
+//! The types of [`has_own_int8_layout`] (Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q5_1) have a chunked
 //! layout of their own, packed straight from ggml's blocks and exactly as large
-//! ([`super::kquant`]); their grouped layout (float32) is the decoded one above.
+//! ([`super::kquant`], [`super::kquant_low`], [`super::q5`]); their grouped layout (float32)
+//! is the one above (decoded groups, or Q8_0's for Q5_0).
 
 use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, Codes, GgmlType, Group, GroupFormat, KernelGroup, QK};
 
@@ -49,10 +50,17 @@ pub fn is_packed(ty: GgmlType) -> bool {
     !matches!(ty.kernel(), KernelGroup::F32 | KernelGroup::F16 | KernelGroup::Bf16)
 }
 
-/// Whether the int8 kernels can read matrices of this type (packed ggml blocks of 32, or a
-/// K-quant type of [`is_kquant_int8`]).
+/// Whether the int8 kernels can read matrices of this type (Q8_0, Q4_0, Q4_1 packed from
+/// ggml blocks of 32, or a type of [`has_own_int8_layout`]).
 pub fn is_int8_packable(ty: GgmlType) -> bool {
-    matches!(ty.kernel(), KernelGroup::Q8_0 | KernelGroup::Q4_0 | KernelGroup::Q4_1) || is_kquant_int8(ty)
+    matches!(ty.kernel(), KernelGroup::Q8_0 | KernelGroup::Q4_0 | KernelGroup::Q4_1) || has_own_int8_layout(ty)
+}
+
+/// The types whose int8 (chunked) layout is packed straight from ggml's blocks in exactly
+/// ggml's bytes, not through the grouped layout: the K-quants of [`is_kquant_int8`] and Q3_K
+/// ([`super::kquant_low`]), Q5_0 and Q5_1 ([`super::q5`]).
+pub fn has_own_int8_layout(ty: GgmlType) -> bool {
+    is_kquant_int8(ty) || matches!(ty, GgmlType::Q3_K | GgmlType::Q5_0 | GgmlType::Q5_1)
 }
 
 /// The K-quant types with int8 kernels, packed for them straight from ggml's blocks into the
@@ -62,9 +70,9 @@ pub fn is_kquant_int8(ty: GgmlType) -> bool {
 }
 
 /// Bytes of one row of `cols` values packed in `layout`: [`packed_row_bytes`], except for the
-/// K-quant int8 layout, which takes exactly ggml's bytes.
+/// int8 layouts of [`has_own_int8_layout`], which take exactly ggml's bytes.
 pub fn layout_row_bytes(ty: GgmlType, layout: Layout, cols: usize) -> usize {
-    if layout == Layout::Chunked && is_kquant_int8(ty) {
+    if layout == Layout::Chunked && has_own_int8_layout(ty) {
         ty.row_bytes(cols)
     } else {
         packed_row_bytes(ty, cols)
@@ -73,11 +81,13 @@ pub fn layout_row_bytes(ty: GgmlType, layout: Layout, cols: usize) -> usize {
 
 /// Whole ggml rows (`ggml.len()` a multiple of the row size) packed in `layout` into `out`
 /// (exactly the packed size of those rows, [`layout_row_bytes`]): [`pack_rows_into`], then
-/// [`chunk_rows`] for the chunked layout; the K-quant types of [`is_kquant_int8`] go to their
+/// [`chunk_rows`] for the chunked layout; the types of [`has_own_int8_layout`] go to their
 /// chunked layout directly.
 pub fn pack_rows_in(ty: GgmlType, layout: Layout, cols: usize, ggml: &[u8], out: &mut [u8]) {
     match layout {
         Layout::Chunked if is_kquant_int8(ty) => super::kquant::pack_rows(ty, cols, ggml, out),
+        Layout::Chunked if ty == GgmlType::Q3_K => super::kquant_low::pack_rows(cols, ggml, out),
+        Layout::Chunked if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) => super::q5::pack_rows(ty, cols, ggml, out),
         Layout::Chunked => {
             pack_rows_into(ty, cols, ggml, out);
             chunk_rows(ty, cols, out);
@@ -266,11 +276,16 @@ pub fn chunked_code_offset(code_bytes: usize, groups: usize, g: usize, byte: usi
     }
 }
 
-/// Bytes of codes per group of a packed type (in the chunked layout for the K-quant int8
-/// types).
+/// Bytes of codes per group of a packed type (in the chunked layout for the types of
+/// [`has_own_int8_layout`]).
 pub fn code_bytes(ty: GgmlType) -> usize {
     if is_kquant_int8(ty) {
         return super::kquant::code_bytes(ty);
+    }
+    match ty {
+        GgmlType::Q3_K => return super::kquant_low::CODE_BYTES,
+        GgmlType::Q5_0 | GgmlType::Q5_1 => return super::q5::CODE_BYTES,
+        _ => {}
     }
     match ty.kernel() {
         KernelGroup::Q8_0 => QK,
@@ -283,7 +298,7 @@ pub fn code_bytes(ty: GgmlType) -> usize {
 /// Reorders the codes of whole packed rows (grouped layout) into the chunked layout, in place.
 pub fn chunk_rows(ty: GgmlType, cols: usize, packed: &mut [u8]) {
     let row_bytes = packed_row_bytes(ty, cols);
-    assert!(is_int8_packable(ty) && !is_kquant_int8(ty) && packed.len().is_multiple_of(row_bytes));
+    assert!(is_int8_packable(ty) && !has_own_int8_layout(ty) && packed.len().is_multiple_of(row_bytes));
     let (groups, cb) = (cols / QK, code_bytes(ty));
     let mut grouped = vec![0u8; groups * cb];
     for row in packed.chunks_exact_mut(row_bytes) {
@@ -308,10 +323,16 @@ pub fn dequantize_packed_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
 pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &mut [f32]) {
     assert!(is_packed(ty) && row.len() == layout_row_bytes(ty, layout, out.len()));
     let groups = out.len() / QK;
-    if layout == Layout::Chunked && is_kquant_int8(ty) {
+    if layout == Layout::Chunked && has_own_int8_layout(ty) {
         for (g, o) in out.chunks_exact_mut(QK).enumerate() {
-            let format = group_format(ty).expect("K-quant types are group types");
-            super::kquant::group(ty, row, groups, g).values(format.offset, o);
+            match ty {
+                GgmlType::Q3_K => super::kquant_low::group(row, groups, g).values(false, o),
+                GgmlType::Q5_0 | GgmlType::Q5_1 => super::q5::group(ty, row, groups, g).values(ty == GgmlType::Q5_1, o),
+                _ => {
+                    let format = group_format(ty).expect("K-quant types are group types");
+                    super::kquant::group(ty, row, groups, g).values(format.offset, o);
+                }
+            }
         }
         return;
     }
@@ -322,7 +343,8 @@ pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &
         }
         return;
     }
-    let cb = code_bytes(ty);
+    // Q8_0's layout (also Q5_0's grouped one) or Q4_0's and Q4_1's.
+    let cb = if matches!(ty.kernel(), KernelGroup::Q8_0) { QK } else { QK / 2 };
     let code = |g: usize, b: usize| match layout {
         Layout::Grouped => row[g * cb + b],
         Layout::Chunked => row[chunked_code_offset(cb, groups, g, b)],

@@ -1,7 +1,7 @@
 """Files quantized by llama.cpp's own quantizer, the way users get them: a tiny random Llama
 (``scripts/synthetic_model.py tiny``, the 384-token tokenizer of the architecture fixtures)
 converted by ``llama-quantize`` to each mix people download (Q4_K_M, Q5_K_M, Q6_K, Q8_0, Q4_0,
-Q3_K_M, Q2_K), committed under ``tests/data/synthetic/``. Every guarantee must hold on them in
+Q3_K_M, Q2_K) and to Q5_0 and Q5_1, committed under ``tests/data/synthetic/``. Every guarantee must hold on them in
 both precisions: float32 logits against a float64 forward over the weights the ``gguf``
 package dequantizes, golden bits, and the same bits across threads, prefill chunking, ISAs,
 sessions saved and restored, and the batch engine."""
@@ -20,10 +20,10 @@ import reprolm
 from _llama_f64 import Float64Llama, next_token_kl
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "synthetic"
-MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K"]
+MIXES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "Q5_0", "Q5_1"]
 # The ggml types each mix must contain (llama.cpp's choice per tensor; the mix's main type at least).
 MAIN_TYPE = {"Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K", "Q6_K": "Q6_K", "Q8_0": "Q8_0", "Q4_0": "Q4_0",
-             "Q3_K_M": "Q3_K", "Q2_K": "Q2_K"}
+             "Q3_K_M": "Q3_K", "Q2_K": "Q2_K", "Q5_0": "Q5_0", "Q5_1": "Q5_1"}
 GOLDEN = json.loads((DATA / "golden.json").read_text())
 PROMPT = [1] + list(range(7, 380, 23))
 TOLERANCE = 1e-4
