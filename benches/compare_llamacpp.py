@@ -15,9 +15,22 @@ for ``--rounds`` rounds after one warm-up round, at each thread count. Both deco
 
 - prefill: a 512-token prompt, logits for the last position only;
 - decode: 128 single-token steps after an 8-token prompt (end-of-sequence ignored);
-- ttft: time to first token for a 64-token prompt (prefill plus the argmax);
+- first token: from the start of loading to the first token of a 64-token prompt (load,
+  prefill, argmax), measured first in the worker;
+- ttft: time to first token for a 64-token prompt (prefill plus the argmax), model warm;
 - load: constructing the model from the file;
 - peak_rss: the worker process's peak resident memory after all of the above (MiB).
+
+The model file is read from the page cache (the warm-up round reads it): load times are warm
+for both engines.
+
+Beside the engines, each round measures the memory-read roofline at each thread count:
+``read GB/s``, the bandwidth a plain read loop reaches on this machine (every thread sums its
+own part of a buffer far larger than the last-level cache, in its own worker process), and
+``bytes/token``, the weight bytes one decoded token reads as each engine holds them (reprolm:
+its packed or mapped matrices; llama.cpp: the file's tensors, the embedding matrix but one row
+unless it is also the output). ``roofline tok/s`` is their quotient, and ``decode % roof`` the
+decode speed as a percentage of it.
 
 Prints the median of each, and the median of the per-round ratios reprolm / llama.cpp
 (speeds: higher is better for reprolm; load and RSS: lower is better for reprolm).
@@ -46,6 +59,8 @@ from _record import write as write_record
 PREFILL_TOKENS = 512
 DECODE_TOKENS = 128
 TTFT_TOKENS = 64
+# The read loop's buffer: far larger than any last-level cache.
+READ_BYTES = 1 << 30
 
 
 def prompt_ids(n: int, vocab: int) -> list[int]:
@@ -62,6 +77,9 @@ def run_reprolm(model_path: str, threads: int, precision: str) -> dict[str, floa
     model = reprolm.Model.load(model_path, threads=threads, precision=precision)
     load = time.perf_counter() - t0
     vocab = model.config.vocab_size
+    session = model.session(context_length=1024)
+    int(np.argmax(session.prefill(prompt_ids(TTFT_TOKENS, vocab))))
+    first_token = time.perf_counter() - t0
 
     session = model.session(context_length=1024)
     t0 = time.perf_counter()
@@ -79,7 +97,9 @@ def run_reprolm(model_path: str, threads: int, precision: str) -> dict[str, floa
     t0 = time.perf_counter()
     int(np.argmax(session.prefill(prompt_ids(TTFT_TOKENS, vocab))))
     ttft = time.perf_counter() - t0
-    return {"load": load, "prefill": prefill, "decode": decode, "ttft": ttft}
+    return {"load": load, "first_token": first_token, "prefill": prefill, "decode": decode, "ttft": ttft,
+            # An older build (--baseline) may not tell.
+            "bytes_per_token": getattr(model._engine, "weight_bytes_per_token", float("nan"))}
 
 
 def run_llamacpp(model_path: str, threads: int, precision: str) -> dict[str, float]:
@@ -91,6 +111,9 @@ def run_llamacpp(model_path: str, threads: int, precision: str) -> dict[str, flo
                           n_threads_batch=threads, logits_all=False, verbose=False)
     load = time.perf_counter() - t0
     vocab = llm.n_vocab()
+    llm.eval(prompt_ids(TTFT_TOKENS, vocab))
+    int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    first_token = time.perf_counter() - t0
 
     llm.reset()
     t0 = time.perf_counter()
@@ -110,13 +133,59 @@ def run_llamacpp(model_path: str, threads: int, precision: str) -> dict[str, flo
     llm.eval(prompt_ids(TTFT_TOKENS, vocab))
     int(np.argmax(llm.scores[llm.n_tokens - 1]))
     ttft = time.perf_counter() - t0
-    return {"load": load, "prefill": prefill, "decode": decode, "ttft": ttft}
+    return {"load": load, "first_token": first_token, "prefill": prefill, "decode": decode, "ttft": ttft,
+            "bytes_per_token": llamacpp_bytes_per_token(model_path)}
+
+
+def llamacpp_bytes_per_token(model_path: str) -> int:
+    """Weight bytes llama.cpp reads per decoded token: every tensor of the file as stored, the
+    embedding matrix but one row unless it is also the output matrix (tied)."""
+    from reprolm._gguf import inspect
+
+    tensors = {t.name: t for t in inspect(model_path).tensors}
+    total = sum(t.n_bytes for t in tensors.values())
+    embd = tensors.get("token_embd.weight")
+    if embd is not None and "output.weight" in tensors:
+        rows = embd.shape[1] if len(embd.shape) > 1 else 1
+        total -= embd.n_bytes - embd.n_bytes // rows
+    return total
+
+
+def run_read_loop(model_path: str, threads: int, precision: str) -> dict[str, float]:
+    """The bandwidth of a plain read loop on `threads` threads: each sums its own part of a
+    READ_BYTES buffer (numpy releases the GIL in the sum); the best of 5 passes."""
+    import threading
+
+    import numpy as np
+
+    buffer = np.ones(READ_BYTES // 8, dtype=np.int64)  # [READ_BYTES / 8], every page touched
+    parts = np.array_split(buffer, threads)
+    best = float("inf")
+    for _ in range(5):
+        barrier = threading.Barrier(threads + 1)
+        sums = [0] * threads
+
+        def read(i: int) -> None:
+            barrier.wait()
+            sums[i] = int(parts[i].sum())
+
+        workers = [threading.Thread(target=read, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - t0)
+        assert sum(sums) == buffer.size
+    return {"read_gbps": READ_BYTES / best / 1e9}
 
 
 ENGINES: dict[str, Callable[[str, int, str], dict[str, float]]] = {
     "reprolm": run_reprolm,
     "baseline": run_reprolm,  # another build, from --baseline's directory
     "llama.cpp": run_llamacpp,
+    "read loop": run_read_loop,
 }
 
 
@@ -136,13 +205,25 @@ def measure(engine: str, model_path: str, threads: int, precision: str, baseline
         check=True, capture_output=True, text=True, env=env,
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
+    if engine == "read loop":
+        return {"read GB/s": r["read_gbps"]}
     return {
         "prefill tok/s": PREFILL_TOKENS / r["prefill"],
         "decode tok/s": DECODE_TOKENS / r["decode"],
         "ttft ms": 1000 * r["ttft"],
         "load ms": 1000 * r["load"],
+        "1st token ms": 1000 * r["first_token"],
         "peak RSS MiB": r["peak_rss"],
+        "MB/token": r["bytes_per_token"] / 1e6,
     }
+
+
+def add_roofline(rounds: list[dict[str, float]], read_gbps: list[float]) -> None:
+    """Adds each round's roofline (tok/s the read loop's bandwidth allows at the engine's
+    bytes per token) and decode speed as a percentage of it, with the same round's bandwidth."""
+    for r, gbps in zip(rounds, read_gbps):
+        r["roofline tok/s"] = gbps * 1e3 / r["MB/token"]
+        r["decode % roof"] = 100 * r["decode tok/s"] / r["roofline tok/s"]
 
 
 def main() -> None:
@@ -174,12 +255,18 @@ def main() -> None:
     by_threads: list[dict[str, Any]] = []
     for threads in args.threads:
         results: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
+        read_gbps: list[float] = []
         for round_ in range(args.rounds + 1):
             for engine in engines:
                 r = measure(engine, args.model, threads, args.precision, args.baseline)
                 if round_ > 0:
                     results[engine].append(r)
-        print(f"\nthreads = {threads}")
+            if round_ > 0:
+                read_gbps.append(measure("read loop", args.model, threads, args.precision, None)["read GB/s"])
+        for engine in engines:
+            add_roofline(results[engine], read_gbps)
+        print(f"\nthreads = {threads}: read loop {statistics.median(read_gbps):.2f} GB/s "
+              f"(rounds: {' '.join(f'{g:.2f}' for g in read_gbps)})")
         others = engines[1:]
         print(f"  {'metric':<14}" + "".join(f" {e:>10}" for e in engines)
               + "".join(f" {'vs ' + ('base' if e == 'baseline' else e):>12}" for e in others))
@@ -196,7 +283,8 @@ def main() -> None:
                 ratios[e][metric] = statistics.median(x / y for x, y in zip(a, b))
                 line += f" {ratios[e][metric]:>11.3f}x"
             print(line)
-        by_threads.append({"threads": threads, "medians": medians, "reprolm_over": ratios})
+        by_threads.append({"threads": threads, "read_gbps": statistics.median(read_gbps), "medians": medians,
+                           "reprolm_over": ratios})
     write_record("compare_llamacpp", {"precision": args.precision, "rounds": args.rounds,
                                       "model_bytes": os.path.getsize(args.model), "by_threads": by_threads},
                  model=os.path.basename(args.model))

@@ -101,7 +101,8 @@ def compare_llamacpp(record: Record) -> str:
         engines = list(t["medians"])
         others = list(t["reprolm_over"])
         lines.append("")
-        lines.append(f"threads = {t['threads']}")
+        read_loop = f": read loop {t['read_gbps']:.2f} GB/s" if "read_gbps" in t else ""
+        lines.append(f"threads = {t['threads']}{read_loop}")
         lines.append(f"  {'metric':<14}" + "".join(f" {e:>10}" for e in engines)
                      + "".join(f" {'vs ' + ('base' if e == 'baseline' else e):>12}" for e in others))
         for metric in t["medians"]["reprolm"]:

@@ -32,8 +32,8 @@ pub struct Engine {
     pub llama: Llama,
     pub tokenizer: Arc<Tokenizer>,
     pool: ThreadPool,
-    /// XXH64 of the model file's bytes, computed on first use (session state files).
-    fingerprint: OnceLock<u64>,
+    /// The model file's fingerprint ([`crate::gguf::fingerprint`]), computed while loading.
+    fingerprint: u64,
     /// The vocabulary as grammars see it, built on first use.
     grammar_vocabulary: OnceLock<GrammarVocabulary>,
 }
@@ -64,7 +64,8 @@ impl Engine {
             )));
         }
         let config = ModelConfig::from_gguf(&file)?;
-        let weights = LlamaWeights::from_gguf_with(&file, &config, precision)?;
+        let pool = ThreadPool::new(threads)?;
+        let (weights, fingerprint) = LlamaWeights::load(&file, &config, precision, &pool)?;
         let tokenizer = Tokenizer::from_spec(TokenizerSpec::from_gguf(&file)?)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(Error::Model(format!(
@@ -77,8 +78,8 @@ impl Engine {
             file,
             llama: Llama { config, weights, isa },
             tokenizer: Arc::new(tokenizer),
-            pool: ThreadPool::new(threads)?,
-            fingerprint: OnceLock::new(),
+            pool,
+            fingerprint,
             grammar_vocabulary: OnceLock::new(),
         })
     }
@@ -98,9 +99,10 @@ impl Engine {
         Ok(std::mem::take(&mut session.scratch.logits))
     }
 
-    /// Identifies the model file: XXH64 (seed 0) of all its bytes, computed once.
+    /// Identifies the model file: a 64-bit hash of all its bytes
+    /// ([`crate::gguf::fingerprint`]), computed from the bytes read while loading.
     pub fn fingerprint(&self) -> u64 {
-        *self.fingerprint.get_or_init(|| crate::xxh64::xxh64(&self.file.map()[..], 0))
+        self.fingerprint
     }
 
     /// The default cache capacity: the model's context length, capped so that a cache of

@@ -8,7 +8,7 @@
 //! | 0 | 8 | magic `RPLMSESS` |
 //! | 8 | 4 | format version (1) |
 //! | 12 | 4 | header size in bytes (96) |
-//! | 16 | 8 | model fingerprint: XXH64 of the GGUF file's bytes ([`Engine::fingerprint`]) |
+//! | 16 | 8 | model fingerprint: a hash of the GGUF file's bytes ([`Engine::fingerprint`]) |
 //! | 24 | 16 | n_layers, n_kv_heads, head_dim, vocab_size (u32 each) |
 //! | 40 | 8 | kv dtype (u8: 0 f32, 1 f16), overflow policy (u8: 0 error, 1 sliding window), precision (u8: 0 float32, 1 int8; the cache's values depend on it), 5 zero bytes |
 //! | 48 | 48 | n_keep, capacity, len, oldest, n_tokens, saved_slots (u64 each) |

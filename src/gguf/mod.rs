@@ -5,6 +5,7 @@
 //! with the contiguous axis first, ggml type, offset relative to the data section), padding to
 //! `general.alignment` (default 32), then the data section.
 
+pub mod fingerprint;
 mod reader;
 mod value;
 mod writer;

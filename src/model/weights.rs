@@ -1,6 +1,7 @@
 //! The model's tensors as typed views into the memory-mapped GGUF file.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -9,10 +10,12 @@ use memmap2::Mmap;
 use super::config::ModelConfig;
 use super::huge_pages::HugePageBytes;
 use crate::error::{Error, Result};
+use crate::gguf::fingerprint::{self, rows_per_segment};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_packed, layout_row_bytes, pack_rows_in, Layout};
 use crate::kernels::{MatRef, Precision, GROUP};
 use crate::tensor::{dequantize_row, GgmlType};
+use crate::threads::{Disjoint, ThreadPool};
 
 /// A weight matrix: `rows` outputs, each `cols` inputs long.
 #[derive(Debug, Clone)]
@@ -92,13 +95,21 @@ impl LlamaWeights {
         LlamaWeights::from_gguf_with(file, cfg, Precision::Float32)
     }
 
-    /// The weights, quantized matrices packed for `precision`'s kernels.
+    /// The weights, quantized matrices packed for `precision`'s kernels (on the calling
+    /// thread).
     pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<LlamaWeights> {
+        Ok(LlamaWeights::load(file, cfg, precision, &ThreadPool::new(1)?)?.0)
+    }
+
+    /// The weights, quantized matrices packed for `precision`'s kernels on `pool`'s threads,
+    /// and the file's fingerprint ([`fingerprint::fingerprint`]), computed from the same reads of the file
+    /// as the packing. The packed bytes are the same for any number of threads.
+    pub fn load(file: &GgufFile, cfg: &ModelConfig, precision: Precision, pool: &ThreadPool) -> Result<(LlamaWeights, u64)> {
         let layout = match precision {
             Precision::Float32 => Layout::Grouped,
             Precision::Int8 => Layout::Chunked,
         };
-        let loader = Loader { file, packed: RefCell::new((HugePageBytes::zeroed(packed_bytes(file, layout))?, 0)), layout };
+        let loader = Loader { file, packed_len: Cell::new(0), jobs: RefCell::new(Vec::new()), layout };
         let (d, dq, dkv, ff, vocab) = (cfg.d_model, cfg.d_q(), cfg.d_kv(), cfg.ffn_dim, cfg.vocab_size);
         let traits = &cfg.traits;
         let layers = (0..cfg.n_layers)
@@ -154,16 +165,18 @@ impl LlamaWeights {
             }
         }
         let output_norm = loader.vector("output_norm.weight", d)?;
-        Ok(LlamaWeights {
+        let (packed, file_fingerprint) = loader.pack_and_hash(pool, packed_bytes(file, layout))?;
+        let weights = LlamaWeights {
             map: Arc::clone(file.map()),
-            packed: loader.packed.into_inner().0,
+            packed,
             precision,
             token_embd,
             layers,
             output_norm,
             output,
             rope_freq_factors,
-        })
+        };
+        Ok((weights, file_fingerprint))
     }
 
     /// The matrix as the kernels see it.
@@ -177,6 +190,23 @@ impl LlamaWeights {
 
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// Bytes of weights one decoded token reads, as held (packed or mapped): every layer's
+    /// matrices and vectors, the output matrix and norm, and one row of the embedding (the
+    /// floor of a decode step's memory traffic).
+    pub fn bytes_read_per_token(&self) -> usize {
+        let vec_bytes = |v: &[f32]| std::mem::size_of_val(v);
+        let opt = |v: &Option<Vec<f32>>| v.as_deref().map_or(0, vec_bytes);
+        let mut n = self.mat(&self.output).data.len() + vec_bytes(&self.output_norm);
+        n += self.mat(&self.token_embd).data.len() / self.token_embd.rows.max(1);
+        for l in &self.layers {
+            n += [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|m| self.mat(m).data.len()).sum::<usize>();
+            n += vec_bytes(&l.attn_norm) + vec_bytes(&l.ffn_norm) + opt(&l.post_attn_norm) + opt(&l.post_ffn_norm);
+            n += l.qkv_bias.as_ref().map_or(0, |b| b.iter().map(|v| vec_bytes(v)).sum());
+            n += l.qk_norm.as_ref().map_or(0, |b| b.iter().map(|v| vec_bytes(v)).sum());
+        }
+        n
     }
 
     /// Whether the int8 kernels run this matrix (quantized, packed in the chunked layout).
@@ -198,13 +228,43 @@ impl LlamaWeights {
     }
 }
 
-/// Reads tensors from the file into [`Matrix`] and vector form.
+/// Reads tensors from the file into [`Matrix`] and vector form. Quantized matrices are
+/// planned first (each gets its place in the packed memory) and packed together at the end
+/// ([`Loader::pack_and_hash`]), in parallel.
 struct Loader<'a> {
     file: &'a GgufFile,
-    /// The packed matrices' memory and how many of its bytes are used.
-    packed: RefCell<(HugePageBytes, usize)>,
+    /// Bytes of the packed memory the planned matrices take.
+    packed_len: Cell<usize>,
+    /// The quantized tensors to pack, in the order they were planned.
+    jobs: RefCell<Vec<PackJob>>,
     /// How quantized matrices are packed (decided by the precision).
     layout: Layout,
+}
+
+/// One quantized tensor to pack: all its rows, from its bytes in the file to its place in the
+/// packed memory.
+struct PackJob {
+    ty: GgmlType,
+    layout: Layout,
+    /// Values per row.
+    cols: usize,
+    /// Bytes of one row in the file, and packed.
+    row_bytes: usize,
+    packed_row: usize,
+    /// The tensor's bytes in the file: [rows][row_bytes].
+    file: Range<usize>,
+    /// Offset of its packed rows in the packed memory: [rows][packed_row].
+    packed_offset: usize,
+}
+
+/// One piece of the file the loading threads take: a segment of the fingerprint
+/// ([`fingerprint::segments`]), packed too if it holds rows of a quantized tensor.
+struct Piece {
+    bytes: Range<usize>,
+    /// Whether it is one of the fingerprint's segments (not only a run of rows to pack).
+    hashed: bool,
+    /// (job, first row) of the rows it holds, for a piece to pack.
+    rows_of: Option<(usize, usize)>,
 }
 
 impl Loader<'_> {
@@ -225,55 +285,112 @@ impl Loader<'_> {
                 "tensor '{name}' rows of {cols} values (must be a multiple of {GROUP})"
             )));
         }
-        let row_bytes = info.ggml_type.row_bytes(cols);
+        let ty = info.ggml_type;
+        let row_bytes = ty.row_bytes(cols);
+        // Types the int8 kernels cannot read run the float32 kernels in either precision
+        // (kept in the grouped layout).
+        let layout = if is_int8_packable(ty) { self.layout } else { Layout::Grouped };
+        // The whole tensor's packed rows, one after another: part k is a run of them.
+        let packed = is_packed(ty).then(|| self.plan_packing(info, layout, cols));
         let mut first = 0;
         let mut parts = Vec::with_capacity(N);
         for n in rows {
-            let bytes = first * row_bytes..(first + n) * row_bytes;
-            first += n;
-            let storage = if is_packed(info.ggml_type) {
-                // Types the int8 kernels cannot read run the float32 kernels in either
-                // precision (kept in the grouped layout).
-                let layout = if is_int8_packable(info.ggml_type) { self.layout } else { Layout::Grouped };
-                let (offset, n_bytes) = self.pack(info, layout, cols, bytes)?;
-                Storage::Packed { offset, n_bytes, layout }
-            } else {
-                Storage::Mapped { offset: info.offset + bytes.start, n_bytes: bytes.len() }
+            let storage = match packed {
+                Some((offset, packed_row)) => Storage::Packed { offset: offset + first * packed_row, n_bytes: n * packed_row, layout },
+                None => Storage::Mapped { offset: info.offset + first * row_bytes, n_bytes: n * row_bytes },
             };
-            parts.push(Matrix { name: name.into(), ty: info.ggml_type, rows: n, cols, storage });
-        }
-        if is_packed(info.ggml_type) {
-            // The file's pages are no longer needed: let the kernel reclaim them (`pack` gave
-            // back each block's whole pages already; this also takes the pages that straddle
-            // two blocks).
-            self.file.release(info);
+            first += n;
+            parts.push(Matrix { name: name.into(), ty, rows: n, cols, storage });
         }
         Ok(parts.try_into().expect("one part per row count"))
     }
 
-    /// The rows in `bytes` (of the tensor `info`, rows of `cols` values) packed in `layout`
-    /// into the next bytes of `self.packed`, block by block, each block's file pages released
-    /// once packed: loading holds one block of the file beside the packed matrices, not a
-    /// whole tensor (Gemma 3's embedding is 178 MB). Returns (offset, bytes) of the matrix.
-    fn pack(&self, info: &TensorInfo, layout: Layout, cols: usize, bytes: Range<usize>) -> Result<(usize, usize)> {
-        const BLOCK_BYTES: usize = 4 << 20;
+    /// Reserves the place of the tensor `info` (rows of `cols` values) packed in `layout` in
+    /// the packed memory, to be packed by [`Loader::pack_and_hash`]. Returns (offset, bytes
+    /// of one packed row).
+    fn plan_packing(&self, info: &TensorInfo, layout: Layout, cols: usize) -> (usize, usize) {
         let (ty, row_bytes) = (info.ggml_type, info.ggml_type.row_bytes(cols));
-        let block_rows = (BLOCK_BYTES / row_bytes).max(1);
-        let src = &self.file.tensor_bytes(info)[bytes.clone()];
         let packed_row = layout_row_bytes(ty, layout, cols);
-        let n_bytes = src.len() / row_bytes * packed_row;
-        let (ref mut memory, ref mut used) = *self.packed.borrow_mut();
-        let offset = *used;
-        let packed = memory.get_mut(offset..offset + n_bytes).ok_or_else(|| {
-            Error::Internal(format!("tensor '{}' does not fit the packed weights sized from the tensor list", info.name))
-        })?;
-        *used += n_bytes;
-        let dst_blocks = packed.chunks_mut(block_rows * packed_row);
-        for (i, (src, dst)) in src.chunks(block_rows * row_bytes).zip(dst_blocks).enumerate() {
-            pack_rows_in(ty, layout, cols, src, dst);
-            self.file.release_bytes(info.offset + bytes.start + i * block_rows * row_bytes, src.len());
+        let offset = self.packed_len.get();
+        self.packed_len.set(offset + info.n_bytes / row_bytes * packed_row);
+        let file = info.offset..info.offset + info.n_bytes;
+        self.jobs.borrow_mut().push(PackJob { ty, layout, cols, row_bytes, packed_row, file, packed_offset: offset });
+        (offset, packed_row)
+    }
+
+    /// Packs every planned tensor into `capacity` bytes of huge-page memory and hashes every
+    /// segment of the file, in one parallel pass over the file's pieces on `pool`'s threads.
+    /// Each piece of a quantized tensor is hashed and packed while it is in the cache, then
+    /// its file pages are released: loading holds a few pieces of the file (one per thread)
+    /// beside the packed matrices, not a whole tensor (Gemma 3's embedding is 178 MB), and
+    /// reads each byte of the file once. Returns the packed memory and the fingerprint.
+    fn pack_and_hash(self, pool: &ThreadPool, capacity: usize) -> Result<(HugePageBytes, u64)> {
+        let (file, jobs) = (self.file, self.jobs.into_inner());
+        if self.packed_len.get() > capacity {
+            return Err(Error::Internal("the packed matrices do not fit the packed weights sized from the tensor list".into()));
         }
-        Ok((offset, n_bytes))
+        let mut memory = HugePageBytes::zeroed(capacity)?;
+        // The runs of rows of every job, keyed by their first byte in the file: (end, job, first row).
+        let mut runs: HashMap<usize, (usize, usize, usize)> = HashMap::new();
+        for (j, job) in jobs.iter().enumerate() {
+            let step = rows_per_segment(job.row_bytes);
+            let rows = job.file.len() / job.row_bytes;
+            for r in (0..rows).step_by(step) {
+                let start = job.file.start + r * job.row_bytes;
+                runs.insert(start, (start + (rows - r).min(step) * job.row_bytes, j, r));
+            }
+        }
+        let mut pieces: Vec<Piece> = fingerprint::segments(file)
+            .into_iter()
+            .map(|bytes| {
+                let rows_of = match runs.get(&bytes.start) {
+                    Some(&(end, j, r)) if end == bytes.end => Some((j, r)),
+                    _ => None,
+                };
+                if rows_of.is_some() {
+                    runs.remove(&bytes.start);
+                }
+                Piece { bytes, hashed: true, rows_of }
+            })
+            .collect();
+        // Runs of rows that are not a segment (only where tensors overlap in the file): packed
+        // on their own; the segments over their bytes read them again.
+        let mut rest: Vec<_> = runs.into_iter().collect();
+        rest.sort_unstable();
+        pieces.extend(rest.into_iter().map(|(start, (end, j, r))| Piece { bytes: start..end, hashed: false, rows_of: Some((j, r)) }));
+        let mut hashes = vec![0u64; pieces.len()];
+        {
+            let map = &file.map()[..];
+            let packed = Disjoint::new(&mut memory[..]);
+            let hash_out = Disjoint::new(&mut hashes[..]);
+            pool.install(|| {
+                pool.run(pieces.len(), |i| {
+                    let piece = &pieces[i];
+                    let src = &map[piece.bytes.clone()];
+                    if piece.hashed {
+                        // SAFETY: piece i alone writes hash i.
+                        unsafe { hash_out.slice(i..i + 1)[0] = fingerprint::segment_hash(src) };
+                    }
+                    if let Some((j, first_row)) = piece.rows_of {
+                        let job = &jobs[j];
+                        let start = job.packed_offset + first_row * job.packed_row;
+                        let n_bytes = src.len() / job.row_bytes * job.packed_row;
+                        // SAFETY: the jobs' packed ranges are disjoint (planned one after
+                        // another) and so are the runs of rows of one job: no two pieces write
+                        // the same bytes.
+                        let dst = unsafe { packed.slice(start..start + n_bytes) };
+                        pack_rows_in(job.ty, job.layout, job.cols, src, dst);
+                        file.release_bytes(piece.bytes.start, piece.bytes.len());
+                    }
+                })
+            })?;
+        }
+        for job in &jobs {
+            // The pages that straddle two pieces, which a piece's release leaves.
+            file.release_bytes(job.file.start, job.file.len());
+        }
+        let segment_hashes: Vec<u64> = pieces.iter().zip(&hashes).filter(|(p, _)| p.hashed).map(|(_, &h)| h).collect();
+        Ok((memory, fingerprint::combine(&segment_hashes, file.map().len())))
     }
 
     /// The vector `name` of `len` values, dequantized to f32.
@@ -314,4 +431,52 @@ fn check_shape(info: &TensorInfo, expected: &[usize]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrices(w: &LlamaWeights) -> Vec<&Matrix> {
+        let mut out = vec![&w.token_embd, &w.output];
+        for l in &w.layers {
+            out.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        }
+        out
+    }
+
+    /// Loading on any number of threads packs every matrix into the bytes one call of its
+    /// packer over the whole tensor gives, and computes the fingerprint a sequential pass over
+    /// the file's segments computes.
+    #[test]
+    fn parallel_packing_gives_the_sequential_bytes_and_fingerprint() {
+        for name in ["tiny.Q4_K_M.gguf", "tiny.Q6_K.gguf", "tiny.Q8_0.gguf", "tiny.Q4_0.gguf"] {
+            let path = format!("{}/tests/data/synthetic/{name}", env!("CARGO_MANIFEST_DIR"));
+            let file = GgufFile::open(&path).unwrap();
+            let cfg = ModelConfig::from_gguf(&file).unwrap();
+            let expected_fingerprint = fingerprint::fingerprint(&file);
+            for precision in [Precision::Float32, Precision::Int8] {
+                let mut packed_by_one_thread: Option<Vec<u8>> = None;
+                for threads in [1, 2, 3] {
+                    let (w, fp) = LlamaWeights::load(&file, &cfg, precision, &ThreadPool::new(threads).unwrap()).unwrap();
+                    assert_eq!(fp, expected_fingerprint, "{name} {precision:?} {threads} threads");
+                    let mut n_packed = 0;
+                    for m in matrices(&w) {
+                        let Storage::Packed { layout, .. } = m.storage else { continue };
+                        let info = file.tensor(&m.name).unwrap();
+                        assert_eq!(m.rows * m.ty.row_bytes(m.cols), info.n_bytes, "{} is a whole tensor", m.name);
+                        let mut sequential = vec![0u8; m.rows * layout_row_bytes(m.ty, layout, m.cols)];
+                        pack_rows_in(m.ty, layout, m.cols, file.tensor_bytes(info), &mut sequential);
+                        assert!(w.mat(m).data == &sequential[..], "{name} {precision:?} {threads} threads: {}", m.name);
+                        n_packed += 1;
+                    }
+                    assert!(n_packed > 0);
+                    match &packed_by_one_thread {
+                        None => packed_by_one_thread = Some(w.packed.to_vec()),
+                        Some(one) => assert!(one[..] == w.packed[..], "{name} {precision:?}: {threads} threads"),
+                    }
+                }
+            }
+        }
+    }
 }

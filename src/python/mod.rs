@@ -240,6 +240,18 @@ impl PyEngine {
         self.engine.n_threads()
     }
 
+    /// The model file's fingerprint: a 64-bit hash of all its bytes, computed while loading.
+    #[getter]
+    fn fingerprint(&self) -> u64 {
+        self.engine.fingerprint()
+    }
+
+    /// Bytes of weights one decoded token reads, as the model holds them.
+    #[getter]
+    fn weight_bytes_per_token(&self) -> usize {
+        self.engine.llama.weights.bytes_read_per_token()
+    }
+
     #[getter]
     fn isa(&self) -> &'static str {
         self.engine.llama.isa.name()
