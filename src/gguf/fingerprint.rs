@@ -19,7 +19,7 @@
 use std::ops::Range;
 
 use super::GgufFile;
-use crate::state::xxh64;
+use crate::xxh64::xxh64;
 
 /// The most bytes in one segment, unless one tensor row is longer.
 pub const SEGMENT_BYTES: usize = 1 << 20;
