@@ -26,18 +26,38 @@ impl TokenizerEnv for TokenizerEnvironment {
 
     /// The tokenizer's own tokens for the longest UTF-8 prefix of `bytes` (special-token text
     /// is plain text here), then the trie's greedy tokens for the rest (part of a character).
+    ///
+    /// llguidance forces the first of these tokens where a grammar forces `bytes`, so they
+    /// must spell `bytes`. Both tokenizers skip a byte the vocabulary has no token for
+    /// (SmolLM2 has none for 0x14, for one): then only the tokens up to it are returned, and if
+    /// there are none (no token can start the text), the end-of-sequence token, which
+    /// [`GrammarState::allowed`](super::GrammarState::allowed) finds invalid there.
     fn tokenize_bytes(&self, bytes: &[u8]) -> Vec<TokenId> {
         let valid = match std::str::from_utf8(bytes) {
             Ok(_) => bytes.len(),
             Err(e) => e.valid_up_to(),
         };
         let text = std::str::from_utf8(&bytes[..valid]).expect("checked: valid UTF-8");
-        match self.tokenizer.encode_fragment(text) {
+        let ids = match self.tokenizer.encode_fragment(text) {
             Ok(mut ids) => {
                 ids.extend(self.trie.greedy_tokenize(&bytes[valid..]));
                 ids
             }
             Err(_) => self.trie.greedy_tokenize(bytes),
+        };
+        let mut spelled = 0;
+        let exact = ids
+            .iter()
+            .take_while(|&&id| {
+                let token = self.trie.token(id);
+                let fits = !token.is_empty() && bytes[spelled..].starts_with(token);
+                spelled += if fits { token.len() } else { 0 };
+                fits
+            })
+            .count();
+        match exact {
+            0 if !bytes.is_empty() => vec![self.trie.eos_token()],
+            n => ids[..n].to_vec(),
         }
     }
 }
