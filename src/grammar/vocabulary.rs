@@ -27,11 +27,12 @@ impl TokenizerEnv for TokenizerEnvironment {
     /// The tokenizer's own tokens for the longest UTF-8 prefix of `bytes` (special-token text
     /// is plain text here), then the trie's greedy tokens for the rest (part of a character).
     ///
-    /// llguidance forces the first of these tokens where a grammar forces `bytes`, so they
-    /// must spell `bytes`. Both tokenizers skip a byte the vocabulary has no token for
-    /// (SmolLM2 has none for 0x14, for one): then only the tokens up to it are returned, and if
-    /// there are none (no token can start the text), the end-of-sequence token, which
-    /// [`GrammarState::allowed`](super::GrammarState::allowed) finds invalid there.
+    /// llguidance forces these tokens where a grammar forces `bytes`, so they must spell
+    /// `bytes`. Both tokenizers skip a byte the vocabulary has no token for (SmolLM2 has none
+    /// for 0x14, for one): then the tokens up to it are returned, followed by the
+    /// end-of-sequence token, which [`GrammarState::allowed`](super::GrammarState::allowed)
+    /// finds invalid when it is the next one forced (and which, being special, llguidance
+    /// never re-tokenizes).
     fn tokenize_bytes(&self, bytes: &[u8]) -> Vec<TokenId> {
         let valid = match std::str::from_utf8(bytes) {
             Ok(_) => bytes.len(),
@@ -55,10 +56,12 @@ impl TokenizerEnv for TokenizerEnvironment {
                 fits
             })
             .count();
-        match exact {
-            0 if !bytes.is_empty() => vec![self.trie.eos_token()],
-            n => ids[..n].to_vec(),
+        if exact == ids.len() && spelled == bytes.len() {
+            return ids;
         }
+        let mut tokens = ids[..exact].to_vec();
+        tokens.push(self.trie.eos_token());
+        tokens
     }
 }
 
