@@ -42,9 +42,18 @@ flags() {
 
 build() { $NICE cargo build --release --bins --target "$TRIPLE"; }
 
-# The command that runs target $1 (the Python target needs no build).
+# The command that runs target $1 (the Python target needs no build). libFuzzer runs its own
+# command again for a merge, so the Python target's is an executable script (in target/).
 fuzzer() {
-    if [ "$1" = request ]; then echo "$PYTHON python/request_fuzz.py"; else build >&2; echo "$BIN/$1"; fi
+    if [ "$1" = request ]; then
+        mkdir -p target
+        printf '#!/bin/sh\nREPROLM_FUZZ_SELF=%s exec %s %s "$@"\n' "$PWD/target/request-fuzzer" "$PYTHON" \
+            "$PWD/python/request_fuzz.py" > target/request-fuzzer
+        chmod +x target/request-fuzzer
+        echo "target/request-fuzzer"
+    else
+        build >&2; echo "$BIN/$1"
+    fi
 }
 
 case "${1:-}" in
@@ -62,6 +71,8 @@ case "${1:-}" in
         rm -rf "corpus/$t.min"; mkdir -p "corpus/$t.min"
         # shellcheck disable=SC2046,SC2086
         $NICE $cmd $(flags "$t") -merge=1 "corpus/$t.min" "corpus/$t"
+        # A merge that kept nothing failed: the corpus stays as it was.
+        if [ -z "$(ls -A "corpus/$t.min")" ]; then echo "cmin $t kept no input" >&2; exit 1; fi
         rm -rf "corpus/$t"; mv "corpus/$t.min" "corpus/$t"
         ;;
     replay)

@@ -234,7 +234,8 @@ def main(argv: list[str]) -> None:
         smoke(float(argv[2]), argv[3:])
     else:
         _server()  # loaded before the fuzzing starts
-        atheris.Setup(argv, one_input)
+        # libFuzzer runs argv[0] again for a merge: fuzz.sh passes a script that runs this one.
+        atheris.Setup([os.environ.get("REPROLM_FUZZ_SELF", argv[0])] + argv[1:], one_input)
         atheris.Fuzz()
 
 
