@@ -7,9 +7,15 @@ grows and `fuzz.sh cmin` minimizes them). Needs the `gguf` package and the defau
   fingerprint and checksum), with and without a saved KV cache;
 - tokenizer: llama.cpp's tokenizer test texts, with and without special tokens, and ids;
 - chat: llama.cpp's reference chat templates (a handful) and SmolLM2's, with messages;
-- sampler: a few byte strings.
+- sampler: a few byte strings;
+- grammar: JSON Schemas, regular expressions, Lark grammars and choices (mode byte, text, NUL,
+  token picks), each with and without the two-part check;
+- request: server request bodies (endpoint byte, then the JSON body): the documented shapes of
+  every endpoint, llama-server's fields, tool calls, grammars and a few bad bodies.
+
+`python fuzz/make_seeds.py grammar request` writes only the named targets' seeds.
 """
-import hashlib, os, struct, sys
+import hashlib, json, os, struct, sys
 from pathlib import Path
 
 import gguf
@@ -77,7 +83,91 @@ def mini_gguf(n_vocab=300, alignment=None):
     return out.read_bytes()
 
 
+GRAMMARS = [
+    (0, '{"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0}}, "required": ["name"]}'),
+    (0, '{"type": "array", "items": {"enum": ["red", "green", 3, null, true]}, "minItems": 1, "maxItems": 3}'),
+    (0, '{"anyOf": [{"type": "number", "multipleOf": 0.5}, {"type": "boolean"}, {"const": {"a": [1, 2]}}]}'),
+    (0, '{"type": "object", "additionalProperties": {"type": "string", "pattern": "^[a-z]+$"}, "maxProperties": 2}'),
+    (0, '{"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"}'),
+    (0, '{"type": "string", "format": "date-time"}'),
+    (0, '{"type": "object", "x-guidance": {"whitespace_flexible": true}, "properties": {"x": {"type": "number"}}}'),
+    (0, '{"type": "object"}'),
+    (0, 'true'),
+    (1, '[0-9]{1,4}(\\.[0-9]+)?'),
+    (1, '(yes|no|maybe)!*'),
+    (1, '[a-zA-Z_][a-zA-Z0-9_]{0,7} = \\d+;'),
+    (1, '\\p{L}+ \\w*'),
+    (1, '(?i)hello|world'),
+    (2, 'start: sum " = " NUMBER\nsum: NUMBER | sum OP NUMBER\nNUMBER: /[0-9]{1,3}/\nOP: " + " | " - "\n'),
+    (2, 'start: item (", " item)*\nitem: NAME ": " NUMBER\nNAME: /[a-z]{1,10}/\nNUMBER: /[0-9]{1,5}/\n'),
+    (2, 'start: "<" tag ">" | %json {"type": "integer"}\ntag: /[a-z]+/\n'),
+    (2, 'start: a+\na: "x" | "y" b\nb: "z"?\n'),
+    (2, '%llguidance {}\nstart: lst\nlst: "[" (NUM ("," NUM)*)? "]"\nNUM: /-?[0-9]+/\n'),
+    (3, 'yes\nno\nmaybe'),
+    (3, 'The answer is 42\nThe answer is 43\n\u00e9t\u00e9'),
+]
+
+
+def grammar_seeds():
+    for kind, text in GRAMMARS:
+        for check_parts in (0, 4):
+            put("grammar", bytes([kind | check_parts]) + text.encode() + b"\0" + bytes(range(0, 64, 4)))
+        put("grammar", bytes([kind]) + text.encode() + b"\0" + b"\xf0\x02\x00")
+
+
+REQUEST_BODIES = [
+    (0, {"model": "reprolm", "prompt": "Once upon a time", "max_tokens": 8}),
+    (0, {"model": "reprolm", "prompt": ["a", "b c"], "n": 2, "temperature": 0.7, "top_p": 0.9, "seed": 7,
+         "stop": ["\n", "."], "logprobs": 3, "echo": True, "stream": True, "stream_options": {"include_usage": True}}),
+    (0, {"model": "reprolm", "prompt": [1, 9690, 28], "logit_bias": {"28": -100, "42": 5.5}, "top_k": 40,
+         "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.5, "frequency_penalty": -0.5}),
+    (0, {"model": "reprolm", "prompt": [[1, 2], [3]], "n_predict": -1, "repeat_penalty": 1.2, "repeat_last_n": 16,
+         "logprobs_mode": "processed", "cache_prompt": True, "best_of": 1}),
+    (0, {"model": "reprolm", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
+        "name": "p", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}}),
+    (0, {"model": "reprolm", "prompt": "x", "response_format": {"type": "json_object"}, "max_tokens": 10 ** 9}),
+    (1, {"model": "reprolm", "messages": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "Hi <|im_end|>"}], "max_tokens": 4}),
+    (1, {"model": "reprolm", "messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}]},
+                                          {"role": "user", "content": None, "name": "bob"}],
+         "logprobs": True, "top_logprobs": 2, "max_completion_tokens": 3, "n": 3, "seed": -5}),
+    (1, {"model": "reprolm", "messages": [{"role": "user", "content": "weather?"}],
+         "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                   "required": ["city"]}}}],
+         "tool_choice": "auto", "parallel_tool_calls": False}),
+    (1, {"model": "reprolm", "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+         "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    (1, {"model": "reprolm", "messages": [{"role": "user", "content": "json"}], "tool_choice": "required",
+         "tools": [{"type": "function", "function": {"name": "f"}}], "response_format": {"type": "json_object"}}),
+    (2, {"content": "Hello <|im_start|> world", "add_special": True}),
+    (2, {"prompt": "Hello", "add_special_tokens": False, "parse_special": False, "model": "reprolm"}),
+    (3, {"tokens": [1, 9690, 28, 49151], "model": "reprolm"}),
+]
+
+
+def request_seeds():
+    for endpoint, body in REQUEST_BODIES:
+        put("request", bytes([endpoint]) + json.dumps(body).encode())
+    for endpoint, raw in [(0, b'{"model": "reprolm", "prompt": "a", "temperature": NaN}'), (1, b"[1, 2]"),
+                          (0, b'{"prompt": "\xff"}'), (3, b'{"tokens": [-1, 99999999999999999999]}'),
+                          (1, b'{"model": "reprolm", "messages": []}'), (0, b"[" * 5000)]:
+        put("request", bytes([endpoint]) + raw)
+
+
 def main():
+    only = set(sys.argv[1:])
+    if only:
+        for name in only:
+            {"grammar": grammar_seeds, "request": request_seeds}[name]()
+        return
+    grammar_seeds()
+    request_seeds()
     small = mini_gguf()
     put("gguf", small)
     put("gguf", mini_gguf(n_vocab=40, alignment=64))

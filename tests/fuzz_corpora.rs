@@ -18,12 +18,13 @@ mod targets;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 5] = [
+const TARGETS: [(&str, Target); 6] = [
     ("gguf", targets::gguf),
     ("state", targets::state),
     ("tokenizer", targets::tokenizer_target),
     ("chat", targets::chat),
     ("sampler", targets::sampler),
+    ("grammar", targets::grammar),
 ];
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
@@ -79,6 +80,11 @@ fn replay_chat() {
 #[test]
 fn replay_sampler() {
     replay("sampler");
+}
+
+#[test]
+fn replay_grammar() {
+    replay("grammar");
 }
 
 /// xorshift64*: the mutator's randomness (seeded, so a run can be repeated).

@@ -90,3 +90,42 @@ fn session_file_cannot_ask_for_a_huge_cache() {
     let session = Session::from_state_bytes(engine, &bytes).unwrap();
     assert_eq!(session.capacity(), small as usize);
 }
+
+/// Found by the `grammar` target: SmolLM2's vocabulary has no token for some bytes (0x14 is
+/// one), and the tokenizers skip such a byte. For a grammar that forces text with one, the
+/// allowed set S was the forced text's tokens without it: a token the grammar then rejected.
+/// Every token of S must now be accepted, and the text stops with a typed error at that byte.
+#[test]
+fn forced_text_with_a_byte_the_vocabulary_lacks_allows_only_tokens_it_accepts() {
+    let engine = Engine::load(common::model_path(), &LoadOptions { threads: Some(1), ..Default::default() }).unwrap();
+    let tok = &engine.tokenizer;
+    let lacks = |b: u8| (0..tok.vocab_size() as u32).all(|id| tok.token_bytes(id).unwrap() != [b]);
+    assert!(lacks(0x14), "the case needs a byte without a token");
+    for text in ["T\u{c}\u{10}\u{14}\u{18}\u{1c} $(", "ab\u{14}cd", "\u{14}x"] {
+        let spec = reprolm::grammar::GrammarSpec::Choice(vec![text.to_string()]);
+        let grammar = match engine.compile_grammar(&spec) {
+            Ok(grammar) => grammar,
+            Err(e) => {
+                assert!(text.starts_with('\u{14}'), "{text:?}: only a text that starts with the byte cannot start: {e}");
+                continue;
+            }
+        };
+        let mut state = grammar.start();
+        let mut spelled = Vec::new();
+        loop {
+            let allowed = match state.allowed_ids() {
+                Ok(allowed) => allowed,
+                Err(Error::Grammar(_)) => break,
+                Err(other) => panic!("{other:?}"),
+            };
+            for &id in &allowed {
+                let mut next = state.clone();
+                assert!(next.accept(id).is_ok(), "{text:?}: token {id} ({:?}) is in S but rejected", tok.token_bytes(id));
+            }
+            spelled.extend_from_slice(tok.token_bytes(allowed[0]).unwrap());
+            state.accept(allowed[0]).unwrap();
+        }
+        let before = &text.as_bytes()[..text.find('\u{14}').unwrap()];
+        assert_eq!(spelled, before, "{text:?}: the text up to the byte without a token");
+    }
+}

@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use reprolm::chat::{map, ChatTemplate, Message, Value};
 use reprolm::engine::{Engine, LoadOptions, Session};
 use reprolm::gguf::GgufFile;
+use reprolm::grammar::{Grammar, GrammarSpec, GrammarVocabulary};
 use reprolm::model::ModelConfig;
 use reprolm::sampling::{Sampler, SamplerConfig};
 use reprolm::tokenizer::{StreamDecoder, Tokenizer, TokenizerSpec};
@@ -334,5 +335,115 @@ pub fn sampler(data: &[u8]) {
         }
         (Err(_), Err(_)) => {}
         (s, q) => panic!("sample and distribution disagree: {s:?} / {:?}", q.map(|_| ())),
+    }
+}
+
+/// Tokens kept from the default model's vocabulary for the `grammar` target: its special
+/// tokens, its 256 byte tokens and its highest-priority merges, so S is quick to compute.
+const GRAMMAR_VOCAB: usize = 1024;
+
+/// The default model's tokenizer cut to its first [`GRAMMAR_VOCAB`] tokens (the merges among
+/// them kept, in order), as a grammar vocabulary in one part and in two: a small real
+/// byte-level BPE vocabulary, built once per process without loading the model's weights.
+fn grammar_vocabularies() -> &'static (GrammarVocabulary, GrammarVocabulary) {
+    static VOCABULARIES: OnceLock<(GrammarVocabulary, GrammarVocabulary)> = OnceLock::new();
+    VOCABULARIES.get_or_init(|| {
+        let mut spec = TokenizerSpec::from_gguf(&GgufFile::open(model_path()).expect("the default model")).unwrap();
+        spec.tokens.truncate(GRAMMAR_VOCAB);
+        if let Some(types) = &mut spec.token_types {
+            types.truncate(GRAMMAR_VOCAB);
+        }
+        if let Some(scores) = &mut spec.scores {
+            scores.truncate(GRAMMAR_VOCAB);
+        }
+        let kept: std::collections::HashSet<&str> = spec.tokens.iter().map(String::as_str).collect();
+        let merges: Vec<String> = spec
+            .merges
+            .iter()
+            .filter(|m| {
+                let (left, right) = m.split_once(' ').unwrap_or((m, ""));
+                kept.contains(left) && kept.contains(right) && kept.contains(format!("{left}{right}").as_str())
+            })
+            .cloned()
+            .collect();
+        spec.merges = merges;
+        let tokenizer = Arc::new(Tokenizer::from_spec(spec).expect("the cut vocabulary is consistent"));
+        let eos = tokenizer.eos_id();
+        let whole = GrammarVocabulary::new(Arc::clone(&tokenizer), eos, 1).unwrap();
+        let halves = GrammarVocabulary::new(tokenizer, eos, 2).unwrap();
+        (whole, halves)
+    })
+}
+
+/// The end-of-sequence token of the `grammar` target's vocabulary.
+fn grammar_eos() -> u32 {
+    static EOS: OnceLock<u32> = OnceLock::new();
+    *EOS.get_or_init(|| {
+        let spec = TokenizerSpec::from_gguf(&GgufFile::open(model_path()).unwrap()).unwrap();
+        spec.eos_id.expect("the default model has an end-of-sequence token")
+    })
+}
+
+/// Grammars: a JSON Schema, regular expression, Lark grammar or choice compiled for a small
+/// real vocabulary, then up to 16 steps of S and a fuzzer-chosen token. Byte 0 is the mode:
+/// bits 0-1 the kind (schema, regex, Lark, choice: one string per line), bit 2 also compiles
+/// it for the vocabulary in two parts, whose S must be the same at every step. The grammar's
+/// text runs to the first NUL; each byte after it picks the next token: below 0xF0 an allowed
+/// one (by index into S), else a raw id from the next two bytes, which must be accepted
+/// exactly when it is in S. Picking the end-of-sequence token ends the text, as in the engine.
+pub fn grammar(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    let text = String::from_utf8_lossy(&rest[..end]).into_owned();
+    let mut steps = Bytes(rest.get(end + 1..).unwrap_or_default());
+    let spec = match mode & 3 {
+        0 => GrammarSpec::JsonSchema(text),
+        1 => GrammarSpec::Regex(text),
+        2 => GrammarSpec::Lark(text),
+        _ => GrammarSpec::Choice(text.split('\n').map(str::to_string).collect()),
+    };
+    let (whole, halves) = grammar_vocabularies();
+    let Ok(grammar) = Grammar::compile(&spec, whole) else { return };
+    assert_eq!(grammar.vocab_size(), whole.vocab_size());
+    let mut state = grammar.start();
+    let mut twin = if mode & 4 != 0 {
+        let twin = Grammar::compile(&spec, halves).expect("compiles for the whole vocabulary, so for its parts");
+        Some(twin.start())
+    } else {
+        None
+    };
+    let eos = grammar_eos();
+    for _ in 0..16 {
+        let Ok(allowed) = state.allowed_ids() else {
+            if let Some(twin) = &mut twin {
+                assert!(twin.allowed_ids().is_err(), "S failed for one part but not for two");
+            }
+            return;
+        };
+        assert!(!allowed.is_empty() && allowed.iter().all(|&id| (id as usize) < whole.vocab_size()));
+        assert!(allowed.windows(2).all(|w| w[0] < w[1]), "S is ascending");
+        let accepting = state.is_accepting();
+        assert_eq!(allowed.contains(&eos), accepting, "EOS is in S exactly where the grammar accepts");
+        if let Some(twin) = &mut twin {
+            assert_eq!(twin.allowed_ids().expect("S for two parts"), allowed, "S does not depend on the parts");
+        }
+        let pick = steps.u8();
+        let token = if pick < 0xF0 {
+            allowed[pick as usize % allowed.len()]
+        } else {
+            u16::from_le_bytes([steps.u8(), steps.u8()]) as u32 % (whole.vocab_size() as u32 + 2)
+        };
+        let in_s = allowed.binary_search(&token).is_ok();
+        if in_s && token == eos {
+            return; // the end of the text: the engine feeds it to no grammar
+        }
+        let accepted = state.accept(token);
+        assert_eq!(accepted.is_ok(), in_s, "token {token}: accepted {accepted:?}, in S {in_s}");
+        if let Some(twin) = &mut twin {
+            assert_eq!(twin.accept(token).is_ok(), in_s, "token {token} with two parts");
+        }
+        if !in_s {
+            return;
+        }
     }
 }

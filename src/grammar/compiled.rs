@@ -51,7 +51,7 @@ impl Grammar {
         }
         // The first S, computed here, stays cached in the parsers every sequence starts from.
         match allowed_set(&mut initial) {
-            Ok(mask) if !mask.is_zero() => {}
+            Ok(mask) if !mask.is_zero() && lone_token_is_valid(&mut initial, &mask) => {}
             Ok(_) => return Err(Error::Grammar("no token of the vocabulary can start the grammar".into())),
             Err(e) => return Err(Error::Grammar(format!("no token of the vocabulary can start the grammar: {e}"))),
         }
@@ -105,7 +105,7 @@ impl GrammarState {
     pub fn allowed(&mut self) -> Result<&[u32]> {
         let mask = allowed_set(&mut self.matchers);
         self.mask = mask.map_err(|e| failure(self.tokens, e))?;
-        if self.mask.is_zero() {
+        if self.mask.is_zero() || !lone_token_is_valid(&mut self.matchers, &self.mask) {
             return Err(failure(self.tokens, "no token can continue the text"));
         }
         Ok(self.mask.as_slice())
@@ -134,6 +134,17 @@ impl GrammarState {
     pub fn is_accepting(&mut self) -> bool {
         self.matchers[0].is_accepting().unwrap_or(false)
     }
+}
+
+/// Whether S (`mask`), if it is one token forced by the grammar, is a token the grammar
+/// accepts: it is not when the forced text has a byte no token of the vocabulary spells (see
+/// `TokenizerEnvironment::tokenize_bytes`), and then no token can continue the text.
+fn lone_token_is_valid(matchers: &mut [Matcher], mask: &SimpleVob) -> bool {
+    if mask.num_set() != 1 || matchers[0].is_accepting().unwrap_or(false) {
+        return true;
+    }
+    let token = mask.first_bit_set().expect("one bit is set") as TokenId;
+    matches!(matchers[0].validate_tokens(&[token]), Ok(1))
 }
 
 /// A grammar failure after `tokens` accepted tokens.

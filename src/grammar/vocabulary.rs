@@ -26,19 +26,42 @@ impl TokenizerEnv for TokenizerEnvironment {
 
     /// The tokenizer's own tokens for the longest UTF-8 prefix of `bytes` (special-token text
     /// is plain text here), then the trie's greedy tokens for the rest (part of a character).
+    ///
+    /// llguidance forces these tokens where a grammar forces `bytes`, so they must spell
+    /// `bytes`. Both tokenizers skip a byte the vocabulary has no token for (SmolLM2 has none
+    /// for 0x14, for one): then the tokens up to it are returned, followed by the
+    /// end-of-sequence token, which [`GrammarState::allowed`](super::GrammarState::allowed)
+    /// finds invalid when it is the next one forced (and which, being special, llguidance
+    /// never re-tokenizes).
     fn tokenize_bytes(&self, bytes: &[u8]) -> Vec<TokenId> {
         let valid = match std::str::from_utf8(bytes) {
             Ok(_) => bytes.len(),
             Err(e) => e.valid_up_to(),
         };
         let text = std::str::from_utf8(&bytes[..valid]).expect("checked: valid UTF-8");
-        match self.tokenizer.encode_fragment(text) {
+        let ids = match self.tokenizer.encode_fragment(text) {
             Ok(mut ids) => {
                 ids.extend(self.trie.greedy_tokenize(&bytes[valid..]));
                 ids
             }
             Err(_) => self.trie.greedy_tokenize(bytes),
+        };
+        let mut spelled = 0;
+        let exact = ids
+            .iter()
+            .take_while(|&&id| {
+                let token = self.trie.token(id);
+                let fits = !token.is_empty() && bytes[spelled..].starts_with(token);
+                spelled += if fits { token.len() } else { 0 };
+                fits
+            })
+            .count();
+        if exact == ids.len() && spelled == bytes.len() {
+            return ids;
         }
+        let mut tokens = ids[..exact].to_vec();
+        tokens.push(self.trie.eos_token());
+        tokens
     }
 }
 
