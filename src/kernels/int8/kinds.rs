@@ -1,0 +1,311 @@
+//! How each weight type's chunk enters the integer dot product: one [`Kind`] per type,
+//! generic over the ISA's [`IntLanes`].
+
+use super::IntLanes;
+use crate::kernels::f16_chunk;
+use crate::kernels::kquant::{Q4K_HEADER, SUPER_GROUPS};
+use crate::kernels::lanes::Lanes16;
+use crate::kernels::{kquant_low, q5};
+
+/// How one weight type's chunk enters the integer dot product.
+pub(crate) trait Kind {
+    const CODE_BYTES: usize;
+    /// Q4_1's `m * s` term.
+    const OFFSET: bool;
+    /// Whether the codes are 8 words of one byte per value (Q8_0) or 4 of nibbles, which
+    /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
+    const WORD_PAIRS: bool = true;
+    type W<D: IntLanes>: Copy;
+    /// A chunk's codes at `codes` (`n` groups); `sub`: the chunk's sub-block scales
+    /// ([`Kind::sub_ptr`]).
+    unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> Self::W<D>;
+    /// Where the sub-block scales of the chunk starting at group `g0` are, for a row whose
+    /// scales part starts at `s` (`groups` groups): by default 2 bytes per group (Q6_K's).
+    #[inline(always)]
+    unsafe fn sub_ptr(s: *const u8, _groups: usize, g0: usize) -> *const u8 {
+        s.add(2 * g0)
+    }
+    /// `qsum`, `hsum`: the chunk's 16 activation code sums and first-half sums.
+    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D;
+    /// The chunk's weight scales `d_w` and offsets `m_w` (zero if none) of groups
+    /// `g0..g0 + n` of a row whose scales part starts at `s` (`groups` groups); zero past `n`.
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        let d = f16_chunk::<D::F>(s.add(2 * g0), n);
+        let m = if Self::OFFSET { f16_chunk::<D::F>(s.add(2 * groups + 2 * g0), n) } else { <D::F as Lanes16>::zero() };
+        (d, m)
+    }
+    /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
+    type T<D: IntLanes>: Copy;
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
+    unsafe fn psum<D: IntLanes>(w: &Self::T<D>, x: *const i8, sums: *const i32) -> D;
+    /// `log2` of the bias of the unsigned codes the SIMD dot products take, whose
+    /// `bias * qsum_x` is subtracted after: Q4_0's nibbles are `q + 8`, Q8_0's bytes are
+    /// biased by 128 for `vpdpbusd`; Q4_1's nibbles are the codes.
+    const BIAS_LOG2: Option<u32>;
+}
+
+pub(super) struct KQ4_0;
+impl Kind for KQ4_0 {
+    const CODE_BYTES: usize = 16;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = Some(3);
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q4(codes, n)
+    }
+    /// `sum (q - 8) x = sum q x - 8 sum x`.
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q4(w, x).minus_8_qsum(qsum)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
+        D::dot_t4(w, x).minus_8_qsum(sums)
+    }
+}
+
+pub(super) struct KQ4_1;
+impl Kind for KQ4_1 {
+    const CODE_BYTES: usize = 16;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q4(w, x)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
+        D::dot_t4(w, x)
+    }
+}
+
+pub(super) struct KQ8_0;
+impl Kind for KQ8_0 {
+    const CODE_BYTES: usize = 32;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = Some(7);
+    type W<D: IntLanes> = D::Q8;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q8 {
+        D::q8(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q8(w, x, qsum)
+    }
+    type T<D: IntLanes> = D::T8;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T8 {
+        D::t8(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
+        D::dot_t8(w, x, sums)
+    }
+}
+
+/// Q4_K: Q4_1's arithmetic with `d_w = d * sc`, `m_w = -(dmin * m)` from the super-block
+/// headers (`[S][16]` after the codes).
+pub(super) struct KQ4K;
+impl Kind for KQ4K {
+    const CODE_BYTES: usize = 16;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q4(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q4(w, x)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// Q5_K: Q4_K's arithmetic on 5-bit codes (`[G][20]` code bytes, then Q4_K's headers).
+pub(super) struct KQ5K;
+impl Kind for KQ5K {
+    const CODE_BYTES: usize = 20;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q5(w, x)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// Q6_K: the sub-block scales folded into the integer sum, `d_w = d` of the super-block
+/// (`[G][2]` i8 sub-block scales, then `[S]` f16 `d`, after the codes).
+pub(super) struct KQ6K;
+impl Kind for KQ6K {
+    const CODE_BYTES: usize = 24;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q6;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
+        D::q6(codes, sub, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+        D::dot_q6(w, x, qsum, hsum)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), n), <D::F as Lanes16>::zero())
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// Q5_0: Q4_0's arithmetic on 5-bit codes `u - 16` ([`super::q5`]: `[G][20]` code bytes,
+/// `[G]` f16 `d`).
+pub(super) struct KQ5_0;
+impl Kind for KQ5_0 {
+    const CODE_BYTES: usize = q5::CODE_BYTES;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = Some(4);
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q5(codes, n)
+    }
+    /// `sum (u - 16) x = sum u x - 16 sum x`.
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q5(w, x).minus_16_qsum(qsum)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
+        D::dot_t4(w, x).minus_16_qsum(sums)
+    }
+}
+
+/// Q5_1: Q4_1's arithmetic on 5-bit codes ([`super::q5`]: `[G][20]` code bytes, `[G]` f16
+/// `d`, `[G]` f16 `m`).
+pub(super) struct KQ5_1;
+impl Kind for KQ5_1 {
+    const CODE_BYTES: usize = q5::CODE_BYTES;
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        D::q5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+        D::dot_q5(w, x)
+    }
+    type T<D: IntLanes> = D::T4;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
+        D::t5(codes, n)
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
+        D::dot_t4(w, x)
+    }
+}
+
+/// Q3_K: Q6_K's arithmetic on 3-bit codes, the sub-block scales unpacked from ggml's 12
+/// bytes per super-block ([`super::kquant_low`]: `[G][12]` code bytes, `[S][12]` scales,
+/// `[S]` f16 `d`).
+pub(super) struct KQ3K;
+impl Kind for KQ3K {
+    const CODE_BYTES: usize = kquant_low::CODE_BYTES;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q6;
+    #[inline(always)]
+    unsafe fn sub_ptr(s: *const u8, _groups: usize, g0: usize) -> *const u8 {
+        s.add(kquant_low::SCALE_BYTES * (g0 / SUPER_GROUPS))
+    }
+    /// `sub`: the packed scales of the chunk's first super-block (the second's follow).
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
+        let mut pairs = [0i8; 32];
+        for b in 0..n / SUPER_GROUPS {
+            // SAFETY: the row's scales part holds a chunk's (one or two) super-blocks' 12
+            // bytes each from `sub` on; a byte array needs no alignment.
+            let packed = &*sub.add(kquant_low::SCALE_BYTES * b).cast::<[u8; kquant_low::SCALE_BYTES]>();
+            pairs[16 * b..16 * (b + 1)].copy_from_slice(&kquant_low::q3k_scales(packed));
+        }
+        D::q3(codes, pairs.as_ptr().cast(), n)
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+        D::dot_q6(w, x, qsum, hsum)
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        let d = s.add(kquant_low::SCALE_BYTES * (groups / SUPER_GROUPS) + 2 * (g0 / SUPER_GROUPS));
+        (D::q6k_scales(d, n), <D::F as Lanes16>::zero())
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
