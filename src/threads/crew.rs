@@ -13,19 +13,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
 
+use super::erased_job::ErasedJob;
 use super::{claim_all, panic_message, ThreadPool};
 
 /// Spin-loop iterations a waiting thread spends before it starts yielding its core.
 const SPIN_ITERS: u32 = 20_000;
-
-type Job = dyn Fn(usize) + Sync;
 
 struct Crew {
     /// The pool whose threads these are.
     pool: *const ThreadPool,
     /// The current phase's job; written by the leader only while no follower is inside a
     /// phase and the previous phase is closed.
-    job: UnsafeCell<Option<*const Job>>,
+    job: UnsafeCell<Option<ErasedJob>>,
     n_chunks: AtomicUsize,
     next_chunk: AtomicUsize,
     /// Incremented to publish a phase.
@@ -123,11 +122,10 @@ impl Crew {
             (0..n_chunks).for_each(f);
             return;
         }
-        let job: *const (dyn Fn(usize) + Sync + '_) = f;
-        // SAFETY: erase the lifetime; followers dereference the pointer only inside an
-        // open epoch, and this function closes the epoch and waits for them before it
-        // returns.
-        unsafe { *self.job.get() = Some(std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const Job>(job)) };
+        // SAFETY: followers run the job only inside an open epoch, and this function closes
+        // the epoch and waits for them before it returns. No follower is inside a phase and
+        // the previous epoch is closed, so none reads `job` while it is written.
+        unsafe { *self.job.get() = Some(ErasedJob::new(f)) };
         self.n_chunks.store(n_chunks, SeqCst);
         self.next_chunk.store(0, SeqCst);
         let epoch = self.epoch.fetch_add(1, SeqCst) + 1;
@@ -159,10 +157,11 @@ impl Crew {
             // Enter only if the leader has not closed this epoch (it may even have moved
             // on to a later one, which this follower sees on its next turn).
             if self.closed.load(SeqCst) < seen && self.epoch.load(SeqCst) == seen {
-                // SAFETY: the epoch is open and we are counted in `active`, so the leader
-                // is still inside `phase` and the job pointer is valid.
+                // SAFETY: the epoch is open and we are counted in `active`, so the leader is
+                // inside `phase`, past writing `job`, and does not write it again before we
+                // leave.
                 let job = unsafe { (*self.job.get()).expect("a job is published with every epoch") };
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.work(unsafe { &*job }))) {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.work(job.get()))) {
                     *self.panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(panic_message(&*panic));
                 }
             }

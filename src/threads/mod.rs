@@ -29,6 +29,9 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 
 mod crew;
+mod erased_job;
+
+use erased_job::ErasedJob;
 
 pub struct ThreadPool {
     /// `None` with one thread. Never dropped in a forked child (see [`Drop`]).
@@ -172,13 +175,10 @@ pub fn share_items<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
     let shared = Disjoint::new(items);
     // SAFETY: item i is claimed once, so only one thread touches it.
     let job = |i: usize| f(unsafe { &mut shared.slice(i..i + 1)[0] });
-    let job: *const (dyn Fn(usize) + Sync + '_) = &job;
-    // SAFETY: erase the lifetime; helpers dereference the pointer only while counted in
-    // `active` with the board open, and the caller closes it and waits for `active` to be zero
-    // before it returns.
-    let job = unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync)>(job) };
     let board = std::sync::Arc::new(Board {
-        job: JobPtr(job),
+        // SAFETY: helpers run the job only while counted in `active` with the board open,
+        // and the caller closes it and waits for `active` to be zero before it returns.
+        job: unsafe { ErasedJob::new(&job) },
         n,
         next: AtomicUsize::new(0),
         closed: std::sync::atomic::AtomicBool::new(false),
@@ -190,16 +190,15 @@ pub fn share_items<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
         rayon::spawn(move || {
             board.active.fetch_add(1, SeqCst);
             if !board.closed.load(SeqCst) {
-                // SAFETY: the board is open and we are counted in `active` (see above).
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| claim_all(&board.next, board.n, unsafe { &*board.job.0 }))) {
+                // The board is open and we are counted in `active`: the job is alive.
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| claim_all(&board.next, board.n, board.job.get()))) {
                     *board.panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(panic_message(&*panic));
                 }
             }
             board.active.fetch_sub(1, SeqCst);
         });
     }
-    // SAFETY: the pointer is the caller's own job, alive here.
-    let mine = catch_unwind(AssertUnwindSafe(|| claim_all(&board.next, board.n, unsafe { &*job })));
+    let mine = catch_unwind(AssertUnwindSafe(|| claim_all(&board.next, board.n, &job)));
     board.closed.store(true, SeqCst);
     crew::wait_until(|| board.active.load(SeqCst) == 0);
     if let Err(payload) = mine {
@@ -214,7 +213,7 @@ pub fn share_items<T: Send>(items: &mut [T], f: impl Fn(&mut T) + Sync) {
 /// [`share_items`]' state, shared with helpers that may start after it has returned (they
 /// then find the board closed and leave without touching the job).
 struct Board {
-    job: JobPtr,
+    job: ErasedJob,
     n: usize,
     next: AtomicUsize,
     closed: std::sync::atomic::AtomicBool,
@@ -234,11 +233,6 @@ fn claim_all(next: &AtomicUsize, n: usize, job: &(dyn Fn(usize) + Sync + '_)) {
         job(i);
     }
 }
-
-struct JobPtr(*const (dyn Fn(usize) + Sync));
-// SAFETY: the pointee is `Sync`, and it is dereferenced only under `share_items`' protocol.
-unsafe impl Send for JobPtr {}
-unsafe impl Sync for JobPtr {}
 
 /// The message a panic was raised with.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
