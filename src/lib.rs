@@ -5,6 +5,10 @@
 //! [`model::KvCache`] -> logits. The kernels in [`kernels`] compute every output with one
 //! fixed op sequence, so results do not depend on thread count, batch size or ISA.
 
+// An `unsafe fn` states its precondition; its body is checked like any other, each unsafe
+// operation in a block that says why the precondition makes it sound.
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod atomic_file;
 pub mod batch;
 pub mod count;

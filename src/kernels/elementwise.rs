@@ -51,98 +51,138 @@ const fn bits(b: [u32; 32]) -> [f32; 32] {
     out
 }
 
+/// # Safety
+/// The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn exp_lanes<L: Lanes16>(x: L) -> L {
-    let x = L::min(L::splat(EXP_HI), L::max(L::splat(EXP_LO), x));
-    let rounder = L::splat(ROUNDER);
-    let k = L::sub(L::fma(x, L::splat(SCALED_LOG2_E), rounder), rounder);
-    // k / 32 - 15.5 / 32 is exact and 0.48 or less from floor(k / 32): it rounds to it.
-    let e = L::sub(L::add(L::sub(L::mul(k, L::splat(1.0 / 32.0)), L::splat(15.5 / 32.0)), rounder), rounder);
-    let j = L::sub(k, L::mul(e, L::splat(32.0)));
-    let r = L::fma(k, L::splat(-LN2_32_HI), x);
-    let r = L::fma(k, L::splat(-LN2_32_LO), r);
-    let p = L::fma(L::fma(r, L::splat(1.0 / 24.0), L::splat(1.0 / 6.0)), r, L::splat(0.5));
-    let s = L::fma(p, L::mul(r, r), r);
-    let hi = L::lookup32(&EXP2_HI, j);
-    let y = L::add(hi, L::fma(hi, s, L::lookup32(&EXP2_LO, j)));
-    L::scale_pow2(y, e)
+    // SAFETY: the CPU has `L`'s ISA (this function's precondition).
+    unsafe {
+        let x = L::min(L::splat(EXP_HI), L::max(L::splat(EXP_LO), x));
+        let rounder = L::splat(ROUNDER);
+        let k = L::sub(L::fma(x, L::splat(SCALED_LOG2_E), rounder), rounder);
+        // k / 32 - 15.5 / 32 is exact and 0.48 or less from floor(k / 32): it rounds to it.
+        let e = L::sub(L::add(L::sub(L::mul(k, L::splat(1.0 / 32.0)), L::splat(15.5 / 32.0)), rounder), rounder);
+        let j = L::sub(k, L::mul(e, L::splat(32.0)));
+        let r = L::fma(k, L::splat(-LN2_32_HI), x);
+        let r = L::fma(k, L::splat(-LN2_32_LO), r);
+        let p = L::fma(L::fma(r, L::splat(1.0 / 24.0), L::splat(1.0 / 6.0)), r, L::splat(0.5));
+        let s = L::fma(p, L::mul(r, r), r);
+        let hi = L::lookup32(&EXP2_HI, j);
+        let y = L::add(hi, L::fma(hi, s, L::lookup32(&EXP2_LO, j)));
+        L::scale_pow2(y, e)
+    }
 }
 
 // No closures below: a closure would not inherit the ISA wrapper's target features, and
 // its lane ops would not inline.
 
 /// The 16 values of `x` from `i`, lanes past the end holding `pad`.
+///
+/// # Safety
+/// The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn load_padded<L: Lanes16>(x: &[f32], i: usize, pad: f32) -> L {
-    if i + 16 <= x.len() {
-        L::load(x.as_ptr().add(i))
-    } else {
-        let mut padded = [pad; 16];
-        padded[..x.len() - i].copy_from_slice(&x[i..]);
-        L::load(padded.as_ptr())
+    // SAFETY: the CPU has `L`'s ISA (this function's precondition); the load reads
+    // `x[i..i + 16]`, inside `x`, or the 16 values of `padded`.
+    unsafe {
+        if i + 16 <= x.len() {
+            L::load(x.as_ptr().add(i))
+        } else {
+            let mut padded = [pad; 16];
+            padded[..x.len() - i].copy_from_slice(&x[i..]);
+            L::load(padded.as_ptr())
+        }
     }
 }
 
 /// Stores the lanes of `v` that fall inside `x`, from `i`.
+///
+/// # Safety
+/// The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn store_partial<L: Lanes16>(v: L, x: &mut [f32], i: usize) {
-    if i + 16 <= x.len() {
-        v.store(x.as_mut_ptr().add(i));
-    } else {
-        let mut lanes = [0f32; 16];
-        v.store(lanes.as_mut_ptr());
-        let n = x.len() - i;
-        x[i..].copy_from_slice(&lanes[..n]);
+    // SAFETY: the CPU has `L`'s ISA (this function's precondition); the store writes
+    // `x[i..i + 16]`, inside `x`, or the 16 values of `lanes`.
+    unsafe {
+        if i + 16 <= x.len() {
+            v.store(x.as_mut_ptr().add(i));
+        } else {
+            let mut lanes = [0f32; 16];
+            v.store(lanes.as_mut_ptr());
+            let n = x.len() - i;
+            x[i..].copy_from_slice(&lanes[..n]);
+        }
     }
 }
 
+/// # Safety
+/// The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn exp_in_place_lanes<L: Lanes16>(x: &mut [f32]) {
-    for i in (0..x.len()).step_by(16) {
-        store_partial(exp_lanes(load_padded::<L>(x, i, 0.0)), x, i);
+    // SAFETY: the CPU has `L`'s ISA (this function's precondition); every load and store goes
+    // through `load_padded` and `store_partial`, which stay inside the slice.
+    unsafe {
+        for i in (0..x.len()).step_by(16) {
+            store_partial(exp_lanes(load_padded::<L>(x, i, 0.0)), x, i);
+        }
     }
 }
 
 /// `s = softmax(scale * s)`: `v = scale * s`; `m` = the largest `v` (lane-wise maxima, then
 /// a fixed tree); `e = exp(v - m)`; `sum` = lane-wise sums of `e` (lane `l` takes values
 /// `l, l + 16, ...`; missing lanes add 0) reduced by [`Lanes16::reduce`]; `s = e / sum`.
+///
+/// # Safety
+/// The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn softmax_scaled_lanes<L: Lanes16>(s: &mut [f32], scale: f32) {
-    let mut lane_max = L::splat(f32::NEG_INFINITY);
-    for i in (0..s.len()).step_by(16) {
-        let v = L::mul(load_padded::<L>(s, i, f32::NEG_INFINITY), L::splat(scale));
-        lane_max = L::max(lane_max, v);
-        store_partial(v, s, i);
-    }
-    let mut m = [0f32; 16];
-    lane_max.store(m.as_mut_ptr());
-    for h in [8, 4, 2, 1] {
-        for l in 0..h {
-            m[l] = if m[l] > m[l + h] { m[l] } else { m[l + h] };
+    // SAFETY: the CPU has `L`'s ISA (this function's precondition); every load and store goes
+    // through `load_padded` and `store_partial`, which stay inside the slice. `m` holds the 16
+    // lanes stored into it.
+    unsafe {
+        let mut lane_max = L::splat(f32::NEG_INFINITY);
+        for i in (0..s.len()).step_by(16) {
+            let v = L::mul(load_padded::<L>(s, i, f32::NEG_INFINITY), L::splat(scale));
+            lane_max = L::max(lane_max, v);
+            store_partial(v, s, i);
         }
-    }
-    let mut lane_sum = L::zero();
-    for i in (0..s.len()).step_by(16) {
-        // exp(-inf - m) = 0 in the padding.
-        let e = exp_lanes(L::sub(load_padded::<L>(s, i, f32::NEG_INFINITY), L::splat(m[0])));
-        lane_sum = L::add(lane_sum, e);
-        store_partial(e, s, i);
-    }
-    let sum = L::splat(lane_sum.reduce());
-    for i in (0..s.len()).step_by(16) {
-        store_partial(L::div(load_padded::<L>(s, i, 0.0), sum), s, i);
+        let mut m = [0f32; 16];
+        lane_max.store(m.as_mut_ptr());
+        for h in [8, 4, 2, 1] {
+            for l in 0..h {
+                m[l] = if m[l] > m[l + h] { m[l] } else { m[l + h] };
+            }
+        }
+        let mut lane_sum = L::zero();
+        for i in (0..s.len()).step_by(16) {
+            // exp(-inf - m) = 0 in the padding.
+            let e = exp_lanes(L::sub(load_padded::<L>(s, i, f32::NEG_INFINITY), L::splat(m[0])));
+            lane_sum = L::add(lane_sum, e);
+            store_partial(e, s, i);
+        }
+        let sum = L::splat(lane_sum.reduce());
+        for i in (0..s.len()).step_by(16) {
+            store_partial(L::div(load_padded::<L>(s, i, 0.0), sum), s, i);
+        }
     }
 }
 
 /// `gate = gate / (1 + exp(-gate)) * up` (SiLU of the gate times the up projection).
+///
+/// # Safety
+/// The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn swiglu_lanes<L: Lanes16>(gate: &mut [f32], up: &[f32]) {
     assert!(up.len() >= gate.len());
     let up = &up[..gate.len()];
-    for i in (0..gate.len()).step_by(16) {
-        let (g, u) = (load_padded::<L>(gate, i, 0.0), load_padded::<L>(up, i, 0.0));
-        let silu = L::div(g, L::add(L::splat(1.0), exp_lanes(L::sub(L::zero(), g))));
-        store_partial(L::mul(silu, u), gate, i);
+    // SAFETY: the CPU has `L`'s ISA (this function's precondition); every load and store goes
+    // through `load_padded` and `store_partial`, which stay inside the slice.
+    unsafe {
+        for i in (0..gate.len()).step_by(16) {
+            let (g, u) = (load_padded::<L>(gate, i, 0.0), load_padded::<L>(up, i, 0.0));
+            let silu = L::div(g, L::add(L::splat(1.0), exp_lanes(L::sub(L::zero(), g))));
+            store_partial(L::mul(silu, u), gate, i);
+        }
     }
 }
 
@@ -153,15 +193,22 @@ const GELU_C1: f32 = 1.595_769_2;
 const GELU_C3: f32 = 0.071_354_814;
 
 /// `gate = gelu_tanh(gate) * up` (GeGLU), see [`GELU_C1`].
+///
+/// # Safety
+/// The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn geglu_lanes<L: Lanes16>(gate: &mut [f32], up: &[f32]) {
     assert!(up.len() >= gate.len());
     let up = &up[..gate.len()];
-    for i in (0..gate.len()).step_by(16) {
-        let (g, u) = (load_padded::<L>(gate, i, 0.0), load_padded::<L>(up, i, 0.0));
-        let t = L::mul(g, L::fma(L::mul(g, g), L::splat(GELU_C3), L::splat(GELU_C1)));
-        let gelu = L::div(g, L::add(L::splat(1.0), exp_lanes(L::sub(L::zero(), t))));
-        store_partial(L::mul(gelu, u), gate, i);
+    // SAFETY: the CPU has `L`'s ISA (this function's precondition); every load and store goes
+    // through `load_padded` and `store_partial`, which stay inside the slice.
+    unsafe {
+        for i in (0..gate.len()).step_by(16) {
+            let (g, u) = (load_padded::<L>(gate, i, 0.0), load_padded::<L>(up, i, 0.0));
+            let t = L::mul(g, L::fma(L::mul(g, g), L::splat(GELU_C3), L::splat(GELU_C1)));
+            let gelu = L::div(g, L::add(L::splat(1.0), exp_lanes(L::sub(L::zero(), t))));
+            store_partial(L::mul(gelu, u), gate, i);
+        }
     }
 }
 
@@ -171,15 +218,23 @@ macro_rules! entry_point {
     ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) => $generic:ident) => {
         $(#[$doc])*
         pub fn $name(isa: Isa, $($arg: $ty),*) {
+            /// # Safety
+            /// The CPU must have AVX2, FMA and F16C.
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma,f16c")]
             unsafe fn avx2($($arg: $ty),*) {
-                $generic::<super::lanes::Avx2x2>($($arg),*)
+                // SAFETY: the CPU has AVX2, FMA and F16C (this function's precondition), which
+                // is all `$generic` asks for with `Avx2x2`.
+                unsafe { $generic::<super::lanes::Avx2x2>($($arg),*) }
             }
+            /// # Safety
+            /// The CPU must have AVX-512 (F, BW, VL), AVX2, FMA and F16C.
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
             unsafe fn avx512($($arg: $ty),*) {
-                $generic::<super::lanes::Avx512>($($arg),*)
+                // SAFETY: the CPU has AVX-512 (F, BW, VL), AVX2, FMA and F16C (this function's
+                // precondition), which is all `$generic` asks for with `Avx512`.
+                unsafe { $generic::<super::lanes::Avx512>($($arg),*) }
             }
             // SAFETY: the ISA was checked when it was selected.
             unsafe {

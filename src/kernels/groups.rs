@@ -31,6 +31,11 @@ use std::marker::PhantomData;
 use super::lanes::Lanes16;
 
 /// One weight type's groups of 32 values.
+///
+/// # Safety
+/// The methods run `L`'s ISA, which the CPU must have (the [`Lanes16`] contract), and take
+/// pointers into a packed row, which must be valid for the group they name (`CODE_BYTES` at
+/// `codes`; at `row`, a row of `groups` groups with its scales).
 pub trait WeightGroup {
     /// Bytes of codes (or values) per group.
     const CODE_BYTES: usize;
@@ -53,18 +58,24 @@ pub trait WeightGroup {
     /// The group's weights: the values, or `d * code` for quantized types (exact).
     #[inline(always)]
     unsafe fn weights<L: Lanes16>(codes: *const u8, d: L) -> (L, L) {
-        let (lo, hi) = Self::unpack::<L>(codes);
-        if Self::SCALED {
-            (L::mul(d, lo), L::mul(d, hi))
-        } else {
-            (lo, hi)
+        // SAFETY: `codes` is valid for the bytes this method names and the CPU runs `L`'s ISA
+        // (the `WeightGroup` contract).
+        unsafe {
+            let (lo, hi) = Self::unpack::<L>(codes);
+            if Self::SCALED {
+                (L::mul(d, lo), L::mul(d, hi))
+            } else {
+                (lo, hi)
+            }
         }
     }
     /// The weights of group `g` of a packed row of `groups` groups at `row` (`d`: its f16
     /// scale if `SCALED`).
     #[inline(always)]
     unsafe fn weights_at<L: Lanes16>(row: *const u8, _groups: usize, g: usize, d: L) -> (L, L) {
-        Self::weights::<L>(row.add(g * Self::CODE_BYTES), d)
+        // SAFETY: `row` is valid for the bytes this method names and the CPU runs `L`'s ISA
+        // (the `WeightGroup` contract).
+        unsafe { Self::weights::<L>(row.add(g * Self::CODE_BYTES), d) }
     }
 }
 
@@ -76,8 +87,12 @@ impl WeightGroup for F32Group {
     const OFFSET: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        let f = p.cast::<f32>();
-        (L::load(f), L::load(f.add(16)))
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe {
+            let f = p.cast::<f32>();
+            (L::load(f), L::load(f.add(16)))
+        }
     }
 }
 
@@ -89,7 +104,9 @@ impl WeightGroup for F16Group {
     const OFFSET: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        (L::f16x16(p), L::f16x16(p.add(32)))
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe { (L::f16x16(p), L::f16x16(p.add(32))) }
     }
 }
 
@@ -101,7 +118,9 @@ impl WeightGroup for Bf16Group {
     const OFFSET: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        (L::bf16x16(p), L::bf16x16(p.add(32)))
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe { (L::bf16x16(p), L::bf16x16(p.add(32))) }
     }
 }
 
@@ -113,7 +132,9 @@ impl WeightGroup for Q8_0Group {
     const OFFSET: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        L::i8x32(p.cast())
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe { L::i8x32(p.cast()) }
     }
 }
 
@@ -125,14 +146,20 @@ impl WeightGroup for Q4_0Group {
     const OFFSET: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        // q - 8 in f32 is exact.
-        let (lo, hi) = L::nibbles(p);
-        let eight = L::splat(-8.0);
-        (L::add(lo, eight), L::add(hi, eight))
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe {
+            // q - 8 in f32 is exact.
+            let (lo, hi) = L::nibbles(p);
+            let eight = L::splat(-8.0);
+            (L::add(lo, eight), L::add(hi, eight))
+        }
     }
     #[inline(always)]
     unsafe fn weights<L: Lanes16>(p: *const u8, d: L) -> (L, L) {
-        L::scaled_nibbles::<true>(p, d)
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe { L::scaled_nibbles::<true>(p, d) }
     }
 }
 
@@ -144,15 +171,23 @@ impl WeightGroup for Q4_1Group {
     const OFFSET: bool = true;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        L::nibbles(p)
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe { L::nibbles(p) }
     }
     #[inline(always)]
     unsafe fn weights<L: Lanes16>(p: *const u8, d: L) -> (L, L) {
-        L::scaled_nibbles::<false>(p, d)
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe { L::scaled_nibbles::<false>(p, d) }
     }
 }
 
 /// How a decoded group type's 32 codes are stored (see `tensor::Codes`).
+///
+/// # Safety
+/// The methods run `L`'s ISA, which the CPU must have (the [`Lanes16`] contract), and read
+/// the group's `CODE_BYTES` code bytes at `p`, which must be valid for them.
 pub trait CodeForm {
     const CODE_BYTES: usize;
     /// The codes as two exact 16-lane halves.
@@ -160,11 +195,15 @@ pub trait CodeForm {
     /// `d * code (+ a)` with one scale (and offset) for all 32 codes.
     #[inline(always)]
     unsafe fn weights<L: Lanes16>(p: *const u8, d: L, a: Option<L>) -> (L, L) {
-        let (lo, hi) = Self::codes::<L>(p);
-        let (lo, hi) = (L::mul(d, lo), L::mul(d, hi));
-        match a {
-            Some(a) => (L::add(lo, a), L::add(hi, a)),
-            None => (lo, hi),
+        // SAFETY: `p` is valid for the group's codes and the CPU runs `L`'s ISA (the `CodeForm`
+        // contract).
+        unsafe {
+            let (lo, hi) = Self::codes::<L>(p);
+            let (lo, hi) = (L::mul(d, lo), L::mul(d, hi));
+            match a {
+                Some(a) => (L::add(lo, a), L::add(hi, a)),
+                None => (lo, hi),
+            }
         }
     }
 }
@@ -175,7 +214,9 @@ impl CodeForm for I8Codes {
     const CODE_BYTES: usize = 32;
     #[inline(always)]
     unsafe fn codes<L: Lanes16>(p: *const u8) -> (L, L) {
-        L::i8x32(p.cast())
+        // SAFETY: `p` is valid for 32 bytes and the CPU runs `L`'s ISA (the `CodeForm`
+        // contract).
+        unsafe { L::i8x32(p.cast()) }
     }
 }
 
@@ -185,17 +226,23 @@ impl<const BIAS: i8> CodeForm for NibbleCodes<BIAS> {
     const CODE_BYTES: usize = 16;
     #[inline(always)]
     unsafe fn codes<L: Lanes16>(p: *const u8) -> (L, L) {
-        let (lo, hi) = L::nibbles(p);
-        if BIAS == 0 {
-            (lo, hi)
-        } else {
-            let b = L::splat(BIAS as f32);
-            (L::add(lo, b), L::add(hi, b))
+        // SAFETY: `p` is valid for 16 bytes and the CPU runs `L`'s ISA (the `CodeForm`
+        // contract).
+        unsafe {
+            let (lo, hi) = L::nibbles(p);
+            if BIAS == 0 {
+                (lo, hi)
+            } else {
+                let b = L::splat(BIAS as f32);
+                (L::add(lo, b), L::add(hi, b))
+            }
         }
     }
     #[inline(always)]
     unsafe fn weights<L: Lanes16>(p: *const u8, d: L, a: Option<L>) -> (L, L) {
-        L::nibble_weights(p, BIAS as f32, d, a)
+        // SAFETY: `p` is valid for 16 bytes and the CPU runs `L`'s ISA (the `CodeForm`
+        // contract).
+        unsafe { L::nibble_weights(p, BIAS as f32, d, a) }
     }
 }
 
@@ -213,28 +260,34 @@ impl<C: CodeForm, const HALVES: bool, const OFFSET: bool> WeightGroup for Groups
     const DECODE_TILE_ROWS: usize = 1;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
-        C::codes::<L>(p)
+        // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the
+        // `WeightGroup` contract).
+        unsafe { C::codes::<L>(p) }
     }
     #[inline(always)]
     unsafe fn weights_at<L: Lanes16>(row: *const u8, groups: usize, g: usize, _d: L) -> (L, L) {
-        let codes = row.add(g * C::CODE_BYTES);
-        let s = if HALVES { 2 } else { 1 };
-        // Native-endian f32 scales for all groups, then the offsets.
-        let base = row.add(groups * C::CODE_BYTES).cast::<f32>();
-        if !HALVES {
-            let d = L::splat(base.add(g).read_unaligned());
-            let a = if OFFSET { Some(L::splat(base.add(groups + g).read_unaligned())) } else { None };
-            return C::weights::<L>(codes, d, a);
+        // SAFETY: `row` is valid for the bytes this method names and the CPU runs `L`'s ISA
+        // (the `WeightGroup` contract).
+        unsafe {
+            let codes = row.add(g * C::CODE_BYTES);
+            let s = if HALVES { 2 } else { 1 };
+            // Native-endian f32 scales for all groups, then the offsets.
+            let base = row.add(groups * C::CODE_BYTES).cast::<f32>();
+            if !HALVES {
+                let d = L::splat(base.add(g).read_unaligned());
+                let a = if OFFSET { Some(L::splat(base.add(groups + g).read_unaligned())) } else { None };
+                return C::weights::<L>(codes, d, a);
+            }
+            let (lo, hi) = C::codes::<L>(codes);
+            let scales = base.add(g * s);
+            let (d_lo, d_hi) = (scales.read_unaligned(), scales.add(s - 1).read_unaligned());
+            let (mut w_lo, mut w_hi) = (L::mul(L::splat(d_lo), lo), L::mul(L::splat(d_hi), hi));
+            if OFFSET {
+                let m = base.add(groups * s + g * s);
+                w_lo = L::add(w_lo, L::splat(m.read_unaligned()));
+                w_hi = L::add(w_hi, L::splat(m.add(s - 1).read_unaligned()));
+            }
+            (w_lo, w_hi)
         }
-        let (lo, hi) = C::codes::<L>(codes);
-        let scales = base.add(g * s);
-        let (d_lo, d_hi) = (scales.read_unaligned(), scales.add(s - 1).read_unaligned());
-        let (mut w_lo, mut w_hi) = (L::mul(L::splat(d_lo), lo), L::mul(L::splat(d_hi), hi));
-        if OFFSET {
-            let m = base.add(groups * s + g * s);
-            w_lo = L::add(w_lo, L::splat(m.read_unaligned()));
-            w_hi = L::add(w_hi, L::splat(m.add(s - 1).read_unaligned()));
-        }
-        (w_lo, w_hi)
     }
 }

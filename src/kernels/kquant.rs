@@ -150,15 +150,14 @@ pub fn group(ty: GgmlType, row: &[u8], groups: usize, g: usize) -> Group {
     out
 }
 
-/// Q4_K: the 6-bit scales and mins of the 8 groups of a super-block header (`h`: 16 bytes),
-/// ggml's `get_scale_min_k4` for all 8 at once on 32-bit words.
+/// Q4_K: the 6-bit scales and mins of the 8 groups of a super-block header `h`, ggml's
+/// `get_scale_min_k4` for all 8 at once on 32-bit words.
 #[inline(always)]
-pub fn q4k_scales_mins(h: *const u8) -> ([u8; 8], [u8; 8]) {
+pub fn q4k_scales_mins(h: &[u8; Q4K_HEADER]) -> ([u8; 8], [u8; 8]) {
     const K1: u32 = 0x3f3f3f3f;
     const K2: u32 = 0x0f0f0f0f;
     const K3: u32 = 0x03030303;
-    // SAFETY (caller): `h` points at a 16-byte header.
-    let w = |i: usize| unsafe { std::ptr::read_unaligned(h.add(4 + 4 * i).cast::<u32>()) }.to_le();
+    let w = |i: usize| u32::from_le_bytes([h[4 + 4 * i], h[5 + 4 * i], h[6 + 4 * i], h[7 + 4 * i]]);
     let (a, b, c) = (w(0), w(1), w(2));
     let sc = [a & K1, (c & K2) | (((a >> 6) & K3) << 4)];
     let m = [b & K1, ((c >> 4) & K2) | (((b >> 6) & K3) << 4)];
@@ -186,7 +185,7 @@ mod tests {
                 state ^= state << 17;
                 *b = (state >> 32) as u8;
             }
-            let (sc, m) = q4k_scales_mins(h.as_ptr());
+            let (sc, m) = q4k_scales_mins(&h);
             for j in 0..8 {
                 assert_eq!((sc[j], m[j]), scale_min(&h[4..16], j));
             }

@@ -207,14 +207,19 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert!(act.x.len() >= act.n_tokens * act.cols);
     assert!(w.ty.kernel() != KernelGroup::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
-    match isa {
-        Isa::Scalar => by_type::<Scalar16>(w, act, rows, out, token_stride),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::avx2(w, act, rows, out, token_stride),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::avx512(w, act, rows, out, token_stride),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("no SIMD path on this architecture"),
+    // SAFETY: the shapes and buffer lengths are checked above, and `isa` was checked against
+    // the CPU when it was selected (`Isa::select`, `Isa::available`); the caller gives this
+    // call those outputs alone.
+    unsafe {
+        match isa {
+            Isa::Scalar => by_type::<Scalar16>(w, act, rows, out, token_stride),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::avx2(w, act, rows, out, token_stride),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86::avx512(w, act, rows, out, token_stride),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("no SIMD path on this architecture"),
+        }
     }
 }
 
@@ -259,32 +264,53 @@ pub fn weighted_row_sums(isa: Isa, weights: &[f32], stride: usize, pieces: &[Mat
     }
 }
 
+/// # Safety
+/// The CPU must have `L`'s ISA, and the arguments must pass the checks of
+/// [`weighted_row_sums`].
 #[inline(always)]
 unsafe fn axpy_by_type<L: Lanes16>(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
-    match pieces[0].ty {
-        GgmlType::F16 => axpy::<L, F16Group>(weights, stride, pieces, out),
-        _ => axpy::<L, F32Group>(weights, stride, pieces, out),
+    // SAFETY: `F16Group` is the layout of F16 pieces, `F32Group` of the others (F32: checked by
+    // `weighted_row_sums`); the rest is the caller's precondition, which `axpy` asks for too.
+    unsafe {
+        match pieces[0].ty {
+            GgmlType::F16 => axpy::<L, F16Group>(weights, stride, pieces, out),
+            _ => axpy::<L, F32Group>(weights, stride, pieces, out),
+        }
     }
 }
 
 /// Weight rows in blocks of up to 4, each block sharing every unpacked value group.
+///
+/// # Safety
+/// As for [`axpy_by_type`], with `W` the layout of the pieces' rows.
 #[inline(always)]
 unsafe fn axpy<L: Lanes16, W: WeightGroup>(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
-    let cols = pieces[0].cols;
-    let n_out = out.len() / cols;
-    let mut j = 0;
-    while j < n_out {
-        let (w, o) = (weights.as_ptr().add(j * stride), out.as_mut_ptr().add(j * cols));
-        j += match n_out - j {
-            1 => axpy_rows::<L, W, 1>(w, stride, pieces, o),
-            2 => axpy_rows::<L, W, 2>(w, stride, pieces, o),
-            3 => axpy_rows::<L, W, 3>(w, stride, pieces, o),
-            _ => axpy_rows::<L, W, 4>(w, stride, pieces, o),
-        };
+    // SAFETY: `j < n_out`, `out` holds `n_out` rows of `cols` values and `weights` holds
+    // `(n_out - 1) * stride + n` values (checked by `weighted_row_sums`), so the pointers of
+    // rows `j..` are in their buffers, and `axpy_rows` reads and writes at most the `n_out - j`
+    // rows left.
+    unsafe {
+        let cols = pieces[0].cols;
+        let n_out = out.len() / cols;
+        let mut j = 0;
+        while j < n_out {
+            let (w, o) = (weights.as_ptr().add(j * stride), out.as_mut_ptr().add(j * cols));
+            j += match n_out - j {
+                1 => axpy_rows::<L, W, 1>(w, stride, pieces, o),
+                2 => axpy_rows::<L, W, 2>(w, stride, pieces, o),
+                3 => axpy_rows::<L, W, 3>(w, stride, pieces, o),
+                _ => axpy_rows::<L, W, 4>(w, stride, pieces, o),
+            };
+        }
     }
 }
 
 /// `NW` weight rows (at `w`, `stride` apart) against the value rows of `pieces`; returns `NW`.
+///
+/// # Safety
+/// `w` must be valid for `NW` rows of weights, `stride` apart, each as long as the pieces' rows
+/// together; `out` for `NW` rows of `cols` f32; the pieces' data must hold whole rows in `W`'s
+/// layout; the CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn axpy_rows<L: Lanes16, W: WeightGroup, const NW: usize>(
     w: *const f32,
@@ -292,28 +318,33 @@ unsafe fn axpy_rows<L: Lanes16, W: WeightGroup, const NW: usize>(
     pieces: &[MatRef],
     out: *mut f32,
 ) -> usize {
-    let cols = pieces[0].cols;
-    for g in 0..cols / GROUP {
-        let (mut lo, mut hi) = ([L::zero(); NW], [L::zero(); NW]);
-        let mut r0 = 0;
-        for v in pieces {
-            let row_bytes = v.row_bytes();
-            for r in 0..v.rows {
-                let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::CODE_BYTES));
-                for j in 0..NW {
-                    let a = L::splat(*w.add(j * stride + r0 + r));
-                    lo[j] = L::fma(a, v_lo, lo[j]);
-                    hi[j] = L::fma(a, v_hi, hi[j]);
+    // SAFETY: every group of every row of the pieces lies within the piece's data, and every
+    // weight read and output written within `w` and `out` (this function's precondition); the
+    // CPU has `L`'s ISA.
+    unsafe {
+        let cols = pieces[0].cols;
+        for g in 0..cols / GROUP {
+            let (mut lo, mut hi) = ([L::zero(); NW], [L::zero(); NW]);
+            let mut r0 = 0;
+            for v in pieces {
+                let row_bytes = v.row_bytes();
+                for r in 0..v.rows {
+                    let (v_lo, v_hi) = W::unpack::<L>(v.data.as_ptr().add(r * row_bytes + g * W::CODE_BYTES));
+                    for j in 0..NW {
+                        let a = L::splat(*w.add(j * stride + r0 + r));
+                        lo[j] = L::fma(a, v_lo, lo[j]);
+                        hi[j] = L::fma(a, v_hi, hi[j]);
+                    }
                 }
+                r0 += v.rows;
             }
-            r0 += v.rows;
+            for j in 0..NW {
+                lo[j].store(out.add(j * cols + g * GROUP));
+                hi[j].store(out.add(j * cols + g * GROUP + GROUP / 2));
+            }
         }
-        for j in 0..NW {
-            lo[j].store(out.add(j * cols + g * GROUP));
-            hi[j].store(out.add(j * cols + g * GROUP + GROUP / 2));
-        }
+        NW
     }
-    NW
 }
 
 /// Views f32 values as their native bytes (the kernels read F32 weights from bytes).
@@ -327,129 +358,190 @@ mod x86 {
     use super::*;
     use super::lanes::{Avx2x2, Avx512};
 
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C, and the arguments must pass the checks of
+    /// [`matmul_rows`](super::matmul_rows); no other thread may touch those outputs during the
+    /// call.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn avx2(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-        by_type::<Avx2x2>(w, act, rows, out, token_stride)
+        // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
+        // function enables.
+        unsafe { by_type::<Avx2x2>(w, act, rows, out, token_stride) }
     }
 
+    /// # Safety
+    /// The CPU must have AVX-512 (F, BW, VL), AVX2, FMA and F16C, and the arguments must pass
+    /// the checks of [`matmul_rows`](super::matmul_rows); no other thread may touch those
+    /// outputs during the call.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-        by_type::<Avx512>(w, act, rows, out, token_stride)
+        // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
+        // function enables.
+        unsafe { by_type::<Avx512>(w, act, rows, out, token_stride) }
     }
 
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C, and the arguments must pass the checks of
+    /// [`weighted_row_sums`](super::weighted_row_sums).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn avx2_axpy(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
-        axpy_by_type::<Avx2x2>(weights, stride, pieces, out)
+        // SAFETY: the caller's precondition is `axpy_by_type`'s, and the CPU has the features
+        // this function enables.
+        unsafe { axpy_by_type::<Avx2x2>(weights, stride, pieces, out) }
     }
 
+    /// # Safety
+    /// The CPU must have AVX-512 (F, BW, VL), AVX2, FMA and F16C, and the arguments must pass
+    /// the checks of [`weighted_row_sums`](super::weighted_row_sums).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub unsafe fn avx512_axpy(weights: &[f32], stride: usize, pieces: &[MatRef], out: &mut [f32]) {
-        axpy_by_type::<Avx512>(weights, stride, pieces, out)
+        // SAFETY: the caller's precondition is `axpy_by_type`'s, and the CPU has the features
+        // this function enables.
+        unsafe { axpy_by_type::<Avx512>(weights, stride, pieces, out) }
     }
 }
 
+/// # Safety
+/// The CPU must have `L`'s ISA, the arguments must pass the checks of [`matmul_rows`], and no
+/// other thread may touch those elements of `out` during the call.
 #[inline(always)]
 unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    match w.ty.kernel() {
-        KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out, token_stride),
-        KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out, token_stride),
-        KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out, token_stride),
-        KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out, token_stride),
-        KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out, token_stride),
-        KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out, token_stride),
-        KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out, token_stride),
+    // SAFETY: `W` is the group type of `w`'s kernel group, so its layout is that of `w`'s rows;
+    // the rest is the caller's precondition, which `tiles` asks for too.
+    unsafe {
+        match w.ty.kernel() {
+            KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out, token_stride),
+            KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out, token_stride),
+            KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out, token_stride),
+            KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out, token_stride),
+            KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out, token_stride),
+            KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out, token_stride),
+            KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out, token_stride),
+        }
     }
 }
 
 /// The kernel instance of each decoded group format in use (one per format, not per type:
 /// Q5_1 and Q5_K share one). A format no type uses has no instance.
+///
+/// # Safety
+/// As for [`by_type`], with `f` the group format of `w.ty`.
 #[inline(always)]
 unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    match (f.codes, f.halves, f.offset) {
-        (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out, token_stride), // Q5_1, Q5_K
-        (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out, token_stride), // Q6_K
-        (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out, token_stride), // Q4_K
-        (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out, token_stride), // Q3_K
-        (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out, token_stride), // Q2_K
-        // tests/kernels.rs runs every type in GgmlType::ALL through here.
-        _ => unreachable!("no kernel instance for {f:?}: add one here"),
+    // SAFETY: `f` is `w.ty`'s group format, so the instance's layout is that of `w`'s rows; the
+    // rest is the caller's precondition, which `tiles` asks for too.
+    unsafe {
+        match (f.codes, f.halves, f.offset) {
+            (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out, token_stride), // Q5_1, Q5_K
+            (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out, token_stride), // Q6_K
+            (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out, token_stride), // Q4_K
+            (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out, token_stride), // Q3_K
+            (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out, token_stride), // Q2_K
+            // tests/kernels.rs runs every type in GgmlType::ALL through here.
+            _ => unreachable!("no kernel instance for {f:?}: add one here"),
+        }
     }
 }
 
 /// Walks token blocks, then rows, then tiles of up to 3 rows x 4 tokens (one token: up to 4
 /// rows): each unpacked weight group serves every token of the tile, each loaded activation
 /// every row. Every output keeps its own two chains, so the tile shape never changes a bit.
+///
+/// # Safety
+/// As for [`by_type`], with `W` the group type of `w.ty`.
 #[inline(always)]
 unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    let row_bytes = w.row_bytes();
-    let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
-    // One token shares nothing between rows, but several rows give independent FMA chains.
-    let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS.min(W::PREFILL_TILE_ROWS) } else { L::DECODE_TILE_ROWS.min(W::DECODE_TILE_ROWS) };
-    for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
-        let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
-        let mut r = rows.start;
-        while r < rows.end {
-            // The largest tile of 4, 3, 2 or 1 rows that fits.
-            let nr = [4, 3, 2, 1].into_iter().find(|&n| n <= tile_rows.min(rows.end - r)).expect("1 row fits");
-            let row = w.data.as_ptr().add(r * row_bytes);
-            let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-            prefetch(row.add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
-            let mut t = t_block;
-            while t < t_end {
-                let x = act.x.as_ptr().add(t * cols);
-                let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
-                let o = out.at(t * token_stride + r);
-                let s = token_stride;
-                t += match (nr, t_end - t) {
-                    // Only one token has 4-row tiles.
-                    (4, _) => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
-                    (3, 1) => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
-                    (3, 2) => tile::<L, W, 3, 2>(row, row_bytes, cols, x, gs, o, s),
-                    (3, 3) => tile::<L, W, 3, 3>(row, row_bytes, cols, x, gs, o, s),
-                    (3, _) => tile::<L, W, 3, 4>(row, row_bytes, cols, x, gs, o, s),
-                    (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
-                    (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
-                    (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
-                    (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
-                    (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
-                    (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
-                    (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
-                    (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
-                };
+    // SAFETY: rows `r..r + nr` are rows of `w` (`rows.end <= w.rows`) and tokens `t..` tokens
+    // of `act`, so the row, activation and group-sum pointers stay in their buffers and `tile`
+    // reads what they hold; the outputs `t * token_stride + r..` are in `out` (`check_out`) and
+    // this call's alone, and the CPU has `L`'s ISA (this function's precondition).
+    unsafe {
+        let row_bytes = w.row_bytes();
+        let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
+        // One token shares nothing between rows, but several rows give independent FMA chains.
+        let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS.min(W::PREFILL_TILE_ROWS) } else { L::DECODE_TILE_ROWS.min(W::DECODE_TILE_ROWS) };
+        for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
+            let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
+            let mut r = rows.start;
+            while r < rows.end {
+                // The largest tile of 4, 3, 2 or 1 rows that fits.
+                let nr = [4, 3, 2, 1].into_iter().find(|&n| n <= tile_rows.min(rows.end - r)).expect("1 row fits");
+                let row = w.data.as_ptr().add(r * row_bytes);
+                let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
+                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
+                let mut t = t_block;
+                while t < t_end {
+                    let x = act.x.as_ptr().add(t * cols);
+                    let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
+                    let o = out.at(t * token_stride + r);
+                    let s = token_stride;
+                    t += match (nr, t_end - t) {
+                        // Only one token has 4-row tiles.
+                        (4, _) => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 1) => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 2) => tile::<L, W, 3, 2>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 3) => tile::<L, W, 3, 3>(row, row_bytes, cols, x, gs, o, s),
+                        (3, _) => tile::<L, W, 3, 4>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
+                        (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
+                        (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
+                    };
+                }
+                r += nr;
             }
-            r += nr;
         }
     }
 }
 
 pub(crate) const PREFETCH_ROWS: usize = 2;
 
-/// Asks for the cache lines of `p[..n]` (a hint: no effect on results).
+/// Asks for the cache lines of `p[..n]` (a hint: no effect on results). The lines need not
+/// be in an allocation: prefetching never faults.
 #[inline(always)]
-pub(crate) unsafe fn prefetch(p: *const u8, n: usize) {
+pub(crate) fn prefetch(p: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         let mut off = 0;
         while off < n {
-            _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast());
+            // SAFETY: a prefetch reads nothing and never faults, whatever the address (hence
+            // `wrapping_add`); SSE is part of x86_64.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
             off += 64;
         }
     }
 }
 
 /// 16 f16 values from `p`, of which only the first `n` exist (the rest read as zero).
+///
+/// # Safety
+/// `p` must be valid for `2 n` bytes, `n` in 1..=16, and the CPU must have `L`'s ISA.
 #[inline(always)]
 pub(crate) unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
-    if n == 16 {
-        L::f16x16(p)
-    } else {
-        L::f16_partial(p, n)
+    // SAFETY: this function's precondition is that of `L::f16x16` (`n == 16`) or of
+    // `L::f16_partial`.
+    unsafe {
+        if n == 16 {
+            L::f16x16(p)
+        } else {
+            L::f16_partial(p, n)
+        }
     }
 }
 
 /// `NR` consecutive weight rows (from `row`, `row_bytes` apart) against `NT` consecutive
 /// tokens, each output by the op order of [`groups`]; returns `NT`.
+///
+/// # Safety
+/// `row` must point at `NR` rows of `cols` values in `W`'s layout, `row_bytes` apart; `x` at
+/// `NT` tokens of `cols` f32; `gs` (if `W::OFFSET`) at their group sums, `group_sums_len(cols)`
+/// per token; `out` be valid for `NR` outputs of each of `NT` tokens, `out_stride` apart, which
+/// no other thread touches during the call. The CPU must have `L`'s ISA.
 #[inline(always)]
 unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
     row: *const u8,
@@ -460,63 +552,67 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
     out: *mut f32,
     out_stride: usize,
 ) -> usize {
-    let groups = cols / GROUP;
-    let gs_len = group_sums_len(cols);
-    // Loops rather than closures here: a closure would not inherit the ISA wrapper's target
-    // features, and the lane ops inside it would not inline.
-    let mut rows = [row; NR];
-    let mut d_ptr = [row; NR];
-    for r in 0..NR {
-        rows[r] = row.add(r * row_bytes);
-        d_ptr[r] = rows[r].add(groups * W::CODE_BYTES);
-    }
-    // Two chains per output (low and high halves of each group) halve the FMA latency chain.
-    let mut acc_lo = [[L::zero(); NT]; NR];
-    let mut acc_hi = [[L::zero(); NT]; NR];
-    let mut d = [[0f32; 16]; NR];
-    for chunk in (0..groups).step_by(16) {
-        let n = (groups - chunk).min(16);
-        if W::SCALED {
-            for r in 0..NR {
-                f16_chunk::<L>(d_ptr[r].add(2 * chunk), n).store(d[r].as_mut_ptr());
+    // SAFETY: `row`, `x`, `gs` and `out` cover the rows, tokens, group sums and outputs this
+    // reads and writes (this function's precondition), and the CPU has `L`'s ISA.
+    unsafe {
+        let groups = cols / GROUP;
+        let gs_len = group_sums_len(cols);
+        // Loops rather than closures here: a closure would not inherit the ISA wrapper's target
+        // features, and the lane ops inside it would not inline.
+        let mut rows = [row; NR];
+        let mut d_ptr = [row; NR];
+        for r in 0..NR {
+            rows[r] = row.add(r * row_bytes);
+            d_ptr[r] = rows[r].add(groups * W::CODE_BYTES);
+        }
+        // Two chains per output (low and high halves of each group) halve the FMA latency chain.
+        let mut acc_lo = [[L::zero(); NT]; NR];
+        let mut acc_hi = [[L::zero(); NT]; NR];
+        let mut d = [[0f32; 16]; NR];
+        for chunk in (0..groups).step_by(16) {
+            let n = (groups - chunk).min(16);
+            if W::SCALED {
+                for r in 0..NR {
+                    f16_chunk::<L>(d_ptr[r].add(2 * chunk), n).store(d[r].as_mut_ptr());
+                }
+            }
+            #[allow(clippy::needless_range_loop)] // j indexes every row's scales
+            for j in 0..n {
+                let g = chunk + j;
+                let mut w = [(L::zero(), L::zero()); NR];
+                for r in 0..NR {
+                    let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
+                    w[r] = W::weights_at::<L>(rows[r], groups, g, dv);
+                }
+                for t in 0..NT {
+                    let xt = x.add(t * cols + g * GROUP);
+                    let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
+                    for r in 0..NR {
+                        acc_lo[r][t] = L::fma(x_lo, w[r].0, acc_lo[r][t]);
+                        acc_hi[r][t] = L::fma(x_hi, w[r].1, acc_hi[r][t]);
+                    }
+                }
             }
         }
-        #[allow(clippy::needless_range_loop)] // j indexes every row's scales
-        for j in 0..n {
-            let g = chunk + j;
-            let mut w = [(L::zero(), L::zero()); NR];
-            for r in 0..NR {
-                let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
-                w[r] = W::weights_at::<L>(rows[r], groups, g, dv);
+        for r in 0..NR {
+            let mut macc = [L::zero(); NT];
+            if W::OFFSET {
+                let m_ptr = d_ptr[r].add(2 * groups);
+                for chunk in (0..groups).step_by(16) {
+                    let m = f16_chunk::<L>(m_ptr.add(2 * chunk), (groups - chunk).min(16));
+                    for (t, a) in macc.iter_mut().enumerate() {
+                        *a = L::fma(m, L::load(gs.add(t * gs_len + chunk)), *a);
+                    }
+                }
             }
             for t in 0..NT {
-                let xt = x.add(t * cols + g * GROUP);
-                let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
-                for r in 0..NR {
-                    acc_lo[r][t] = L::fma(x_lo, w[r].0, acc_lo[r][t]);
-                    acc_hi[r][t] = L::fma(x_hi, w[r].1, acc_hi[r][t]);
+                let mut v = L::add(acc_lo[r][t], acc_hi[r][t]);
+                if W::OFFSET {
+                    v = L::add(v, macc[t]);
                 }
+                *out.add(t * out_stride + r) = v.reduce();
             }
         }
+        NT
     }
-    for r in 0..NR {
-        let mut macc = [L::zero(); NT];
-        if W::OFFSET {
-            let m_ptr = d_ptr[r].add(2 * groups);
-            for chunk in (0..groups).step_by(16) {
-                let m = f16_chunk::<L>(m_ptr.add(2 * chunk), (groups - chunk).min(16));
-                for (t, a) in macc.iter_mut().enumerate() {
-                    *a = L::fma(m, L::load(gs.add(t * gs_len + chunk)), *a);
-                }
-            }
-        }
-        for t in 0..NT {
-            let mut v = L::add(acc_lo[r][t], acc_hi[r][t]);
-            if W::OFFSET {
-                v = L::add(v, macc[t]);
-            }
-            *out.add(t * out_stride + r) = v.reduce();
-        }
-    }
-    NT
 }

@@ -170,43 +170,61 @@ impl RowWriter<'_> {
     /// No other thread may write the same rows at the same time.
     pub unsafe fn quantize(&self, isa: Isa, x: &[f32], tokens: std::ops::Range<usize>) {
         assert!(tokens.end <= self.n_tokens && x.len() >= tokens.end * self.cols && isa.available());
-        match isa {
-            Isa::Scalar => self.quantize_rows::<false>(x, tokens),
-            // The scalar code vectorized by the compiler: the same IEEE operations (Rust never
-            // contracts to FMA), so the same codes.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => self.quantize_avx2(x, tokens),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => self.quantize_avx512(x, tokens),
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => unreachable!("no SIMD path on this architecture"),
+        // SAFETY: `isa` is available (asserted), and the caller gives this call rows `tokens`
+        // alone, which is `quantize_rows`' precondition.
+        unsafe {
+            match isa {
+                Isa::Scalar => self.quantize_rows::<false>(x, tokens),
+                // The scalar code vectorized by the compiler: the same IEEE operations (Rust never
+                // contracts to FMA), so the same codes.
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => self.quantize_avx2(x, tokens),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => self.quantize_avx512(x, tokens),
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => unreachable!("no SIMD path on this architecture"),
+            }
         }
     }
 
+    /// # Safety
+    /// As for [`Self::quantize_rows`], on a CPU with AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn quantize_avx2(&self, x: &[f32], tokens: std::ops::Range<usize>) {
-        self.quantize_rows::<false>(x, tokens)
+        // SAFETY: the caller's precondition is `quantize_rows`'.
+        unsafe { self.quantize_rows::<false>(x, tokens) }
     }
 
+    /// # Safety
+    /// As for [`Self::quantize_rows`], on a CPU with AVX-512 (F, BW, VL).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
     unsafe fn quantize_avx512(&self, x: &[f32], tokens: std::ops::Range<usize>) {
-        self.quantize_rows::<true>(x, tokens)
+        // SAFETY: the caller's precondition is `quantize_rows`', and the CPU has AVX-512, which
+        // its `AVX512` instance uses.
+        unsafe { self.quantize_rows::<true>(x, tokens) }
     }
 
+    /// # Safety
+    /// `tokens.end <= self.n_tokens` and `x` holds them; no other thread may write rows
+    /// `tokens` at the same time; if `AVX512`, the CPU must have AVX-512 (F, BW, VL).
     #[inline(always)]
     unsafe fn quantize_rows<const AVX512: bool>(&self, x: &[f32], tokens: std::ops::Range<usize>) {
-        let cols = self.cols;
-        let (qs, ls, cg) = (wide_chunks(cols) * CHUNK_BYTES + if narrow_groups(cols) > 0 { NARROW_BYTES } else { 0 }, chunks(cols) * CHUNK_GROUPS, CHUNK_GROUPS);
-        for t in tokens {
-            let row = &x[t * cols..(t + 1) * cols];
-            // SAFETY: row t's parts, which the caller gives this thread alone.
-            let q = self.q.slice(t * qs..(t + 1) * qs);
-            let (d, s, qsum) = (self.d.slice(t * ls..(t + 1) * ls), self.s.slice(t * ls..(t + 1) * ls), self.qsum.slice(t * ls..(t + 1) * ls));
-            let hsum = self.hsum.slice(t * ls..(t + 1) * ls);
-            let (tail_d, tail_sum) = (self.tail_d.slice(t * cg..(t + 1) * cg), self.tail_sum.slice(t * cg..(t + 1) * cg));
-            quantize_row::<AVX512>(row, q, d, s, [qsum, hsum], tail_d, tail_sum);
+        // SAFETY: rows `tokens` are the caller's alone (this function's precondition), so no
+        // other thread accesses the slices of `Disjoint::slice` while they live.
+        unsafe {
+            let cols = self.cols;
+            let (qs, ls, cg) = (wide_chunks(cols) * CHUNK_BYTES + if narrow_groups(cols) > 0 { NARROW_BYTES } else { 0 }, chunks(cols) * CHUNK_GROUPS, CHUNK_GROUPS);
+            for t in tokens {
+                let row = &x[t * cols..(t + 1) * cols];
+                // SAFETY: row t's parts, which the caller gives this thread alone.
+                let q = self.q.slice(t * qs..(t + 1) * qs);
+                let (d, s, qsum) = (self.d.slice(t * ls..(t + 1) * ls), self.s.slice(t * ls..(t + 1) * ls), self.qsum.slice(t * ls..(t + 1) * ls));
+                let hsum = self.hsum.slice(t * ls..(t + 1) * ls);
+                let (tail_d, tail_sum) = (self.tail_d.slice(t * cg..(t + 1) * cg), self.tail_sum.slice(t * cg..(t + 1) * cg));
+                quantize_row::<AVX512>(row, q, d, s, [qsum, hsum], tail_d, tail_sum);
+            }
         }
     }
 }
@@ -300,33 +318,40 @@ mod x86 {
     /// exact `max`, one division `a / 127`, the quotients `x / d` by one IEEE division each,
     /// NaN to 0, the clamp to `[-128, 128]`, and rounding half away from zero as truncation
     /// plus a step when the (exact) remainder is at least one half.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 (F, BW, VL).
     #[inline(always)]
     pub unsafe fn quantize_group(x: &[f32; GROUP]) -> ([i8; GROUP], f32) {
-        let halves = [_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16))];
-        // (No closures here: they would not inherit the caller's target features.)
-        let abs = [_mm512_abs_ps(halves[0]), _mm512_abs_ps(halves[1])];
-        // maxps gives its second operand when one is NaN: the running maximum, which is never
-        // NaN, so NaNs are skipped as by f32::max. max is exact: any order gives the same `a`.
-        let m = _mm512_max_ps(abs[1], _mm512_max_ps(abs[0], _mm512_setzero_ps()));
-        let a = _mm512_reduce_max_ps(m);
-        let d = a / 127.0;
-        let mut q = [0i8; GROUP];
-        if d != 0.0 {
-            let dv = _mm512_set1_ps(d);
-            for (h, &v) in halves.iter().enumerate() {
-                let v = _mm512_div_ps(v, dv);
-                let v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), v);
-                let v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-128.0)), _mm512_set1_ps(128.0));
-                let t = _mm512_cvttps_epi32(v);
-                let frac = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
-                let one = _mm512_set1_epi32(1);
-                let t = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5)), t, one);
-                let t = _mm512_mask_sub_epi32(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(frac, _mm512_set1_ps(-0.5)), t, one);
-                let t = _mm512_min_epi32(_mm512_max_epi32(t, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
-                _mm_storeu_si128(q.as_mut_ptr().add(16 * h).cast(), _mm512_cvtepi32_epi8(t));
+        // SAFETY: the CPU has AVX-512 (F, BW, VL) (this function's precondition); the loads
+        // read `x`'s 32 values.
+        unsafe {
+            let halves = [_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16))];
+            // (No closures here: they would not inherit the caller's target features.)
+            let abs = [_mm512_abs_ps(halves[0]), _mm512_abs_ps(halves[1])];
+            // maxps gives its second operand when one is NaN: the running maximum, which is never
+            // NaN, so NaNs are skipped as by f32::max. max is exact: any order gives the same `a`.
+            let m = _mm512_max_ps(abs[1], _mm512_max_ps(abs[0], _mm512_setzero_ps()));
+            let a = _mm512_reduce_max_ps(m);
+            let d = a / 127.0;
+            let mut q = [0i8; GROUP];
+            if d != 0.0 {
+                let dv = _mm512_set1_ps(d);
+                for (h, &v) in halves.iter().enumerate() {
+                    let v = _mm512_div_ps(v, dv);
+                    let v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), v);
+                    let v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-128.0)), _mm512_set1_ps(128.0));
+                    let t = _mm512_cvttps_epi32(v);
+                    let frac = _mm512_sub_ps(v, _mm512_cvtepi32_ps(t));
+                    let one = _mm512_set1_epi32(1);
+                    let t = _mm512_mask_add_epi32(t, _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5)), t, one);
+                    let t = _mm512_mask_sub_epi32(t, _mm512_cmp_ps_mask::<_CMP_LE_OQ>(frac, _mm512_set1_ps(-0.5)), t, one);
+                    let t = _mm512_min_epi32(_mm512_max_epi32(t, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+                    _mm_storeu_si128(q.as_mut_ptr().add(16 * h).cast(), _mm512_cvtepi32_epi8(t));
+                }
             }
+            (q, d)
         }
-        (q, d)
     }
 }
 

@@ -344,6 +344,7 @@ mod avx512 {
                 // SAFETY: 8 values are read from and written to slices of 8.
                 let logit = unsafe { _mm512_loadu_pd(logits.as_ptr()) };
                 let e = exp8(_mm512_mul_pd(_mm512_sub_pd(logit, max), scale), &tables);
+                // SAFETY: as for the load.
                 unsafe { _mm512_storeu_pd(out.as_mut_ptr(), e) };
                 lanes = _mm512_add_pd(lanes, e);
             }

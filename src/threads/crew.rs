@@ -134,6 +134,7 @@ impl Crew {
         // for those inside to finish their last chunk.
         self.closed.store(epoch, SeqCst);
         wait_until(|| self.active.load(SeqCst) == 0);
+        // SAFETY: the epoch is closed and no follower is inside it, so none reads `job`.
         unsafe { *self.job.get() = None };
         self.in_phase.store(false, Relaxed);
         if let Err(payload) = mine {

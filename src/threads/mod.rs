@@ -273,6 +273,8 @@ impl<T> Copy for Disjoint<'_, T> {}
 // guarantee no two threads touch the same element (see the type's documentation); `T: Send`
 // because the elements are written from other threads.
 unsafe impl<T: Send> Send for Disjoint<'_, T> {}
+// SAFETY: as for `Send`: shared between threads, it gives each only the elements its caller
+// guarantees are that thread's alone.
 unsafe impl<T: Send> Sync for Disjoint<'_, T> {}
 
 impl<'a, T> Disjoint<'a, T> {
@@ -295,7 +297,10 @@ impl<'a, T> Disjoint<'a, T> {
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice(&self, range: Range<usize>) -> &'a mut [T] {
         assert!(range.start <= range.end && range.end <= self.len, "{range:?} is outside 0..{}", self.len);
-        std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len())
+        // SAFETY: `range` is within the `len` elements at `ptr` (asserted), which
+        // `Disjoint::new` borrowed mutably for `'a`, and no other thread accesses them while
+        // the slice lives (this function's precondition).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
     }
 
     /// A pointer to element `index`, for SIMD stores of the elements from `index` on.
@@ -306,7 +311,9 @@ impl<'a, T> Disjoint<'a, T> {
     #[inline(always)]
     pub unsafe fn at(&self, index: usize) -> *mut T {
         debug_assert!(index <= self.len);
-        self.ptr.add(index)
+        // SAFETY: `index <= len` (this function's precondition), so the pointer stays within
+        // the borrowed buffer or one past its end.
+        unsafe { self.ptr.add(index) }
     }
 }
 
@@ -465,9 +472,11 @@ mod tests {
         let mut buf = vec![0f32; 10];
         let shared = Disjoint::new(&mut buf);
         let pool = ThreadPool::new(2).unwrap();
+        // SAFETY: chunk c alone takes elements 2c and 2c + 1.
         pool.run(5, |c| unsafe { shared.slice(2 * c..2 * c + 2).fill(c as f32) });
         assert_eq!(buf, [0., 0., 1., 1., 2., 2., 3., 3., 4., 4.]);
         let shared = Disjoint::new(&mut buf);
+        // SAFETY: one thread (the range is out of bounds: the call panics).
         assert!(catch_unwind(AssertUnwindSafe(|| unsafe { shared.slice(8..11).len() })).is_err());
     }
 }

@@ -8,34 +8,52 @@ use crate::kernels::lanes::Avx2x2;
 use crate::kernels::quantize_act::QuantizedRows;
 use crate::kernels::{Disjoint, MatRef};
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C and the arguments must pass the checks of
+/// `matmul_rows_int8` (which makes this call only if `Isa::int8_available`); no other thread
+/// may touch the outputs during the call.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn matmul_rows(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    by_type::<Avx2I32>(w, act, rows, out, token_stride)
+    // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
+    // function enables.
+    unsafe { by_type::<Avx2I32>(w, act, rows, out, token_stride) }
 }
-
 
 /// Two AVX2 registers: lanes 0..8 and 8..16.
 #[derive(Clone, Copy)]
 pub(crate) struct Avx2I32(__m256i, __m256i);
 
 /// Half `h` (lanes `8h..8h + 8`) of word `j` of a chunk of `n` groups; missing lanes zero.
+///
+/// # Safety
+/// The CPU must have AVX2, and `codes` be valid for the chunk's code words up to word `j`
+/// (`4 n` bytes each).
 #[inline(always)]
 unsafe fn word256(codes: *const u8, j: usize, n: usize, h: usize) -> __m256i {
-    lanes256(codes.add(4 * n * j), n, h)
+    // SAFETY: word `j` of the chunk starts `4 n j` bytes into it, and `lanes256` reads within
+    // its `4 n` bytes (this function's precondition).
+    unsafe { lanes256(codes.add(4 * n * j), n, h) }
 }
 
 /// Lanes `8h..8h + 8` of the first `n` (1 to 16) i32 lanes from `p`; missing lanes zero.
+///
+/// # Safety
+/// The CPU must have AVX2, and `p` be valid for `4 n` bytes (the first `n` lanes).
 #[inline(always)]
 unsafe fn lanes256(p: *const u8, n: usize, h: usize) -> __m256i {
-    let p = p.add(32 * h);
-    let m = n.saturating_sub(8 * h).min(8);
-    if m == 8 {
-        _mm256_loadu_si256(p.cast())
-    } else if m == 0 {
-        _mm256_setzero_si256()
-    } else {
-        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(m as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_maskload_epi32(p.cast(), mask)
+    // SAFETY: the CPU has AVX2; the load reads lanes `8h..8h + m` of `p`, all among the first
+    // `n` (a masked load reads only those of the mask), within the caller's `4 n` bytes.
+    unsafe {
+        let p = p.add(32 * h);
+        let m = n.saturating_sub(8 * h).min(8);
+        if m == 8 {
+            _mm256_loadu_si256(p.cast())
+        } else if m == 0 {
+            _mm256_setzero_si256()
+        } else {
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(m as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            _mm256_maskload_epi32(p.cast(), mask)
+        }
     }
 }
 
@@ -43,116 +61,140 @@ impl IntLanes for Avx2I32 {
     type F = Avx2x2;
     #[inline(always)]
     unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
-        let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-        let mut w = [[_mm256_setzero_si256(); 2]; 8];
-        for h in 0..2 {
-            let high = word256(codes, 4, n, h);
-            for j in 0..4 {
-                let v = word256(codes, j, n, h);
-                let hb: [__m256i; 2] = per_index!(2, |k| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * k) as i32)), one), 4));
-                w[j][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb[0]);
-                w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for h in 0..2 {
+                let high = word256(codes, 4, n, h);
+                for j in 0..4 {
+                    let v = word256(codes, j, n, h);
+                    let hb: [__m256i; 2] = per_index!(2, |k| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * k) as i32)), one), 4));
+                    w[j][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb[0]);
+                    w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
+                }
             }
+            w
         }
-        w
     }
     /// `maddubs` of codes `0..31` and `|x| <= 127`: pair sums at most `2 * 31 * 127 = 7874`,
     /// four words added in i16 (`31496 < 32767`), then widened.
     #[inline(always)]
     unsafe fn dot_q5(w: &Self::Q4, x: *const i8) -> Self {
-        let ones = _mm256_set1_epi16(1);
-        let mut out = [_mm256_setzero_si256(); 2];
-        for (h, o) in out.iter_mut().enumerate() {
-            for k0 in [0, 4] {
-                let mut s = _mm256_setzero_si256();
-                for k in k0..k0 + 4 {
-                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], _mm256_loadu_si256(x.add(64 * k + 32 * h).cast())));
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `x` is valid for the bytes this method
+        // names (the `IntLanes` contract).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                for k0 in [0, 4] {
+                    let mut s = _mm256_setzero_si256();
+                    for k in k0..k0 + 4 {
+                        s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], _mm256_loadu_si256(x.add(64 * k + 32 * h).cast())));
+                    }
+                    *o = _mm256_add_epi32(*o, _mm256_madd_epi16(s, ones));
                 }
-                *o = _mm256_add_epi32(*o, _mm256_madd_epi16(s, ones));
             }
+            Avx2I32(out[0], out[1])
         }
-        Avx2I32(out[0], out[1])
     }
     #[inline(always)]
     unsafe fn t5(codes: *const u8, n: usize) -> Self::T4 {
-        let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-        // The n (at most 4) words of high bits, as the AVX-512 `t5`.
-        let high = lanes256(codes.add(16 * n), n, 0);
-        let shift = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
-        let mut w = [[_mm256_setzero_si256(); 2]; 2];
-        for h in 0..2 {
-            let v = lanes256(codes, 4 * n, h);
-            let (a, b) = (2 * h as i32, 2 * h as i32 + 1);
-            let hw = _mm256_permutevar8x32_epi32(high, _mm256_setr_epi32(a, a, a, a, b, b, b, b));
-            let hb0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(hw, shift), one), 4);
-            let hb1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(hw, _mm256_add_epi32(shift, _mm256_set1_epi32(4))), one), 4);
-            w[0][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb0);
-            w[1][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb1);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+            // The n (at most 4) words of high bits, as the AVX-512 `t5`.
+            let high = lanes256(codes.add(16 * n), n, 0);
+            let shift = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
+            let mut w = [[_mm256_setzero_si256(); 2]; 2];
+            for h in 0..2 {
+                let v = lanes256(codes, 4 * n, h);
+                let (a, b) = (2 * h as i32, 2 * h as i32 + 1);
+                let hw = _mm256_permutevar8x32_epi32(high, _mm256_setr_epi32(a, a, a, a, b, b, b, b));
+                let hb0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(hw, shift), one), 4);
+                let hb1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(hw, _mm256_add_epi32(shift, _mm256_set1_epi32(4))), one), 4);
+                w[0][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb0);
+                w[1][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb1);
+            }
+            w
         }
-        w
     }
     #[inline(always)]
     unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
-        let (m2, one, bias) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi8(28));
-        let mut w = [[_mm256_setzero_si256(); 2]; 8];
-        for h in 0..2 {
-            let low = [word256(codes, 0, n, h), word256(codes, 1, n, h)];
-            let high = word256(codes, 2, n, h);
-            // As the AVX-512 `q3`.
-            for (k, word) in w.iter_mut().enumerate() {
-                let l = _mm256_and_si256(_mm256_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
-                let hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);
-                word[h] = _mm256_add_epi8(_mm256_or_si256(l, hb), bias);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` and `sub` are valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let (m2, one, bias) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi8(28));
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for h in 0..2 {
+                let low = [word256(codes, 0, n, h), word256(codes, 1, n, h)];
+                let high = word256(codes, 2, n, h);
+                // As the AVX-512 `q3`.
+                for (k, word) in w.iter_mut().enumerate() {
+                    let l = _mm256_and_si256(_mm256_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
+                    let hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);
+                    word[h] = _mm256_add_epi8(_mm256_or_si256(l, hb), bias);
+                }
             }
+            let (s0, s1) = q6_sub_scales(sub, n);
+            let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
+            (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
         }
-        let (s0, s1) = q6_sub_scales(sub, n);
-        let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
-        (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
     }
     /// ([word][half] of `u`, `sc_0` per half, `sc_1` per half)
     type Q6 = ([[__m256i; 2]; 8], [__m256i; 2], [__m256i; 2]);
     #[inline(always)]
     unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
-        let (m4, m2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
-        let mut w = [[_mm256_setzero_si256(); 2]; 8];
-        for h in 0..2 {
-            let high = [word256(codes, 4, n, h), word256(codes, 5, n, h)];
-            for j in 0..4 {
-                let v = word256(codes, j, n, h);
-                let shift = _mm_cvtsi32_si128(2 * j as i32);
-                // As the AVX-512 `q6`: bits 4 and 5 per byte.
-                let hb: [__m256i; 2] = per_index!(2, |k| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high[k], shift), m2), 4));
-                w[j][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb[0]);
-                w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` and `sub` are valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let (m4, m2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for h in 0..2 {
+                let high = [word256(codes, 4, n, h), word256(codes, 5, n, h)];
+                for j in 0..4 {
+                    let v = word256(codes, j, n, h);
+                    let shift = _mm_cvtsi32_si128(2 * j as i32);
+                    // As the AVX-512 `q6`: bits 4 and 5 per byte.
+                    let hb: [__m256i; 2] = per_index!(2, |k| _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high[k], shift), m2), 4));
+                    w[j][h] = _mm256_or_si256(_mm256_and_si256(v, m4), hb[0]);
+                    w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
+                }
             }
+            let (s0, s1) = q6_sub_scales(sub, n);
+            let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
+            (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
         }
-        let (s0, s1) = q6_sub_scales(sub, n);
-        let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
-        (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
     }
     /// `maddubs` of `u <= 63` and `|x| <= 127`: pair sums at most `2 * 63 * 127 = 16002`,
     /// two words added in i16 (`32004 < 32767`), then widened.
     #[inline(always)]
     unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
-        let ones = _mm256_set1_epi16(1);
-        let (u, sc0, sc1) = w;
-        let mut out = [_mm256_setzero_si256(); 2];
-        for (h, o) in out.iter_mut().enumerate() {
-            // [first half of the values, second half]: words 0..4 and 4..8.
-            let mut halves = [_mm256_setzero_si256(); 2];
-            for k in (0..8).step_by(2) {
-                let x0 = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
-                let x1 = _mm256_loadu_si256(x.add(64 * k + 64 + 32 * h).cast());
-                let s = _mm256_add_epi16(_mm256_maddubs_epi16(u[k][h], x0), _mm256_maddubs_epi16(u[k + 1][h], x1));
-                halves[k / 4] = _mm256_add_epi32(halves[k / 4], _mm256_madd_epi16(s, ones));
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `x`, `qsum` and `hsum` are valid for the
+        // bytes this method names (the `IntLanes` contract).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let (u, sc0, sc1) = w;
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                // [first half of the values, second half]: words 0..4 and 4..8.
+                let mut halves = [_mm256_setzero_si256(); 2];
+                for k in (0..8).step_by(2) {
+                    let x0 = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    let x1 = _mm256_loadu_si256(x.add(64 * k + 64 + 32 * h).cast());
+                    let s = _mm256_add_epi16(_mm256_maddubs_epi16(u[k][h], x0), _mm256_maddubs_epi16(u[k + 1][h], x1));
+                    halves[k / 4] = _mm256_add_epi32(halves[k / 4], _mm256_madd_epi16(s, ones));
+                }
+                let q = _mm256_loadu_si256(qsum.add(8 * h).cast());
+                let hs = _mm256_loadu_si256(hsum.add(8 * h).cast());
+                let a = _mm256_sub_epi32(halves[0], _mm256_slli_epi32(hs, 5));
+                let b = _mm256_sub_epi32(halves[1], _mm256_slli_epi32(_mm256_sub_epi32(q, hs), 5));
+                *o = _mm256_add_epi32(_mm256_mullo_epi32(sc0[h], a), _mm256_mullo_epi32(sc1[h], b));
             }
-            let q = _mm256_loadu_si256(qsum.add(8 * h).cast());
-            let hs = _mm256_loadu_si256(hsum.add(8 * h).cast());
-            let a = _mm256_sub_epi32(halves[0], _mm256_slli_epi32(hs, 5));
-            let b = _mm256_sub_epi32(halves[1], _mm256_slli_epi32(_mm256_sub_epi32(q, hs), 5));
-            *o = _mm256_add_epi32(_mm256_mullo_epi32(sc0[h], a), _mm256_mullo_epi32(sc1[h], b));
+            Avx2I32(out[0], out[1])
         }
-        Avx2I32(out[0], out[1])
     }
     /// [word][half]
     type Q4 = [[__m256i; 2]; 8];
@@ -160,71 +202,92 @@ impl IntLanes for Avx2I32 {
     type Q8 = ([[__m256i; 2]; 8], [[__m256i; 2]; 8]);
     #[inline(always)]
     unsafe fn q4(codes: *const u8, n: usize) -> Self::Q4 {
-        let mask = _mm256_set1_epi8(0x0F);
-        let mut w = [[_mm256_setzero_si256(); 2]; 8];
-        for j in 0..4 {
-            for h in 0..2 {
-                let v = word256(codes, j, n, h);
-                w[j][h] = _mm256_and_si256(v, mask);
-                w[j + 4][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let mask = _mm256_set1_epi8(0x0F);
+            let mut w = [[_mm256_setzero_si256(); 2]; 8];
+            for j in 0..4 {
+                for h in 0..2 {
+                    let v = word256(codes, j, n, h);
+                    w[j][h] = _mm256_and_si256(v, mask);
+                    w[j + 4][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                }
             }
+            w
         }
-        w
     }
     #[inline(always)]
     unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8 {
-        let mut raw = [[_mm256_setzero_si256(); 2]; 8];
-        let mut abs = raw;
-        for j in 0..8 {
-            for h in 0..2 {
-                raw[j][h] = word256(codes, j, n, h);
-                // |-128| = 128 read as unsigned, which is right.
-                abs[j][h] = _mm256_abs_epi8(raw[j][h]);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let mut raw = [[_mm256_setzero_si256(); 2]; 8];
+            let mut abs = raw;
+            for j in 0..8 {
+                for h in 0..2 {
+                    raw[j][h] = word256(codes, j, n, h);
+                    // |-128| = 128 read as unsigned, which is right.
+                    abs[j][h] = _mm256_abs_epi8(raw[j][h]);
+                }
             }
+            (abs, raw)
         }
-        (abs, raw)
     }
     /// `maddubs` of codes `0..15` and `x` in `-127..=127` gives pair sums of at most
     /// `2 * 15 * 127 = 3810`; the i16 sum over all 8 words is at most
     /// `16 * 15 * 127 = 30480 < 32767`, so it is formed in i16 and widened once.
     #[inline(always)]
     unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self {
-        let ones = _mm256_set1_epi16(1);
-        let half = |h: usize| {
-            let mut s = _mm256_maddubs_epi16(w[0][h], _mm256_loadu_si256(x.add(32 * h).cast()));
-            for k in 1..8 {
-                let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], xk));
-            }
-            _mm256_madd_epi16(s, ones)
-        };
-        Avx2I32(half(0), half(1))
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `x` is valid for the bytes this method
+        // names (the `IntLanes` contract).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let half = |h: usize| {
+                let mut s = _mm256_maddubs_epi16(w[0][h], _mm256_loadu_si256(x.add(32 * h).cast()));
+                for k in 1..8 {
+                    let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], xk));
+                }
+                _mm256_madd_epi16(s, ones)
+            };
+            Avx2I32(half(0), half(1))
+        }
     }
     /// `|q| * sign(q) x`: `|q| <= 128`, `|sign(q) x| <= 127`, so each `maddubs` pair sum is
     /// at most `2 * 128 * 127 = 32512 < 32767`; each word is widened to i32 before adding.
     #[inline(always)]
     unsafe fn dot_q8(w: &Self::Q8, x: *const i8, _qsum: *const i32) -> Self {
-        let ones = _mm256_set1_epi16(1);
-        let (abs, raw) = w;
-        let half = |h: usize| {
-            let mut acc = _mm256_setzero_si256();
-            for k in 0..8 {
-                let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
-                let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
-            }
-            acc
-        };
-        Avx2I32(half(0), half(1))
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `x` is valid for the bytes this method
+        // names (the `IntLanes` contract).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let (abs, raw) = w;
+            let half = |h: usize| {
+                let mut acc = _mm256_setzero_si256();
+                for k in 0..8 {
+                    let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
+                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+                }
+                acc
+            };
+            Avx2I32(half(0), half(1))
+        }
     }
     #[inline(always)]
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self {
-        let q = |h: usize| _mm256_slli_epi32(_mm256_loadu_si256(qsum.add(8 * h).cast()), 3);
-        Avx2I32(_mm256_sub_epi32(self.0, q(0)), _mm256_sub_epi32(self.1, q(1)))
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `qsum` is valid for the bytes this method
+        // names (the `IntLanes` contract).
+        unsafe {
+            let q = |h: usize| _mm256_slli_epi32(_mm256_loadu_si256(qsum.add(8 * h).cast()), 3);
+            Avx2I32(_mm256_sub_epi32(self.0, q(0)), _mm256_sub_epi32(self.1, q(1)))
+        }
     }
     #[inline(always)]
     unsafe fn to_f32(self) -> Avx2x2 {
-        Avx2x2(_mm256_cvtepi32_ps(self.0), _mm256_cvtepi32_ps(self.1))
+        // SAFETY: the CPU has AVX2, FMA and F16C (the `IntLanes` contract).
+        unsafe { Avx2x2(_mm256_cvtepi32_ps(self.0), _mm256_cvtepi32_ps(self.1)) }
     }
     /// [nibble half][lane half]
     type T4 = [[__m256i; 2]; 2];
@@ -232,61 +295,80 @@ impl IntLanes for Avx2I32 {
     type T8 = ([[__m256i; 2]; 2], [[__m256i; 2]; 2]);
     #[inline(always)]
     unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
-        let mask = _mm256_set1_epi8(0x0F);
-        let mut w = [[_mm256_setzero_si256(); 2]; 2];
-        for h in 0..2 {
-            let v = lanes256(codes, 4 * n, h);
-            w[0][h] = _mm256_and_si256(v, mask);
-            w[1][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let mask = _mm256_set1_epi8(0x0F);
+            let mut w = [[_mm256_setzero_si256(); 2]; 2];
+            for h in 0..2 {
+                let v = lanes256(codes, 4 * n, h);
+                w[0][h] = _mm256_and_si256(v, mask);
+                w[1][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            }
+            w
         }
-        w
     }
     #[inline(always)]
     unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
-        let mut raw = [[_mm256_setzero_si256(); 2]; 2];
-        let mut abs = raw;
-        for k in 0..2 {
-            for h in 0..2 {
-                raw[k][h] = lanes256(codes.add(16 * n * k), 4 * n, h);
-                abs[k][h] = _mm256_abs_epi8(raw[k][h]);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let mut raw = [[_mm256_setzero_si256(); 2]; 2];
+            let mut abs = raw;
+            for k in 0..2 {
+                for h in 0..2 {
+                    raw[k][h] = lanes256(codes.add(16 * n * k), 4 * n, h);
+                    abs[k][h] = _mm256_abs_epi8(raw[k][h]);
+                }
             }
+            (abs, raw)
         }
-        (abs, raw)
     }
     /// Pair sums at most `2 * 31 * 127` (5-bit codes of `t5`; nibbles less), two of them
     /// added in i16: at most `4 * 31 * 127 = 15748`.
     #[inline(always)]
     unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
-        let ones = _mm256_set1_epi16(1);
-        let mut out = [_mm256_setzero_si256(); 2];
-        for (h, o) in out.iter_mut().enumerate() {
-            let x0 = _mm256_loadu_si256(x.add(32 * h).cast());
-            let x1 = _mm256_loadu_si256(x.add(64 + 32 * h).cast());
-            let s = _mm256_add_epi16(_mm256_maddubs_epi16(w[0][h], x0), _mm256_maddubs_epi16(w[1][h], x1));
-            *o = _mm256_madd_epi16(s, ones);
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `x` is valid for the bytes this method
+        // names (the `IntLanes` contract).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                let x0 = _mm256_loadu_si256(x.add(32 * h).cast());
+                let x1 = _mm256_loadu_si256(x.add(64 + 32 * h).cast());
+                let s = _mm256_add_epi16(_mm256_maddubs_epi16(w[0][h], x0), _mm256_maddubs_epi16(w[1][h], x1));
+                *o = _mm256_madd_epi16(s, ones);
+            }
+            Avx2I32(out[0], out[1])
         }
-        Avx2I32(out[0], out[1])
     }
     /// The sign trick of `dot_q8`: pair sums at most `2 * 128 * 127 = 32512`, widened
     /// before adding.
     #[inline(always)]
     unsafe fn dot_t8(w: &Self::T8, x: *const i8, _lane_sum: *const i32) -> Self {
-        let ones = _mm256_set1_epi16(1);
-        let (abs, raw) = w;
-        let mut out = [_mm256_setzero_si256(); 2];
-        for (h, o) in out.iter_mut().enumerate() {
-            for k in 0..2 {
-                let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
-                let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
-                *o = _mm256_add_epi32(*o, _mm256_madd_epi16(p, ones));
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `x` is valid for the bytes this method
+        // names (the `IntLanes` contract).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let (abs, raw) = w;
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
+                for k in 0..2 {
+                    let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
+                    let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
+                    *o = _mm256_add_epi32(*o, _mm256_madd_epi16(p, ones));
+                }
             }
+            Avx2I32(out[0], out[1])
         }
-        Avx2I32(out[0], out[1])
     }
     #[inline(always)]
     unsafe fn spread4(v: Avx2x2) -> Avx2x2 {
-        let lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-        let hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
-        Avx2x2(_mm256_permutevar8x32_ps(v.0, lo), _mm256_permutevar8x32_ps(v.0, hi))
+        // SAFETY: the CPU has AVX2, FMA and F16C (the `IntLanes` contract).
+        unsafe {
+            let lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+            let hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+            Avx2x2(_mm256_permutevar8x32_ps(v.0, lo), _mm256_permutevar8x32_ps(v.0, hi))
+        }
     }
 }

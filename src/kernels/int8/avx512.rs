@@ -9,77 +9,126 @@ use crate::kernels::lanes::{Avx512, Lanes16};
 use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use crate::kernels::{Disjoint, MatRef};
 
+/// # Safety
+/// The CPU must have AVX-512 (F, BW, VL, VNNI), AVX2, FMA and F16C and the arguments must pass
+/// the checks of `matmul_rows_int8` (which makes this call only if `Isa::int8_available`); no
+/// other thread may touch the outputs during the call.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn matmul_rows(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    by_type::<Vnni>(w, act, rows, out, token_stride)
+    // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
+    // function enables.
+    unsafe { by_type::<Vnni>(w, act, rows, out, token_stride) }
 }
-
 
 /// One AVX-512 register of 16 i32 lanes.
 #[derive(Clone, Copy)]
 pub(crate) struct Vnni(__m512i);
 
 /// Word `j` (64 bytes: 4 per lane) of a chunk of `n` groups; missing lanes zero.
+///
+/// # Safety
+/// The CPU must have AVX-512F, and `codes` be valid for the chunk's code words up to word `j`
+/// (`4 n` bytes each).
 #[inline(always)]
 unsafe fn word512(codes: *const u8, j: usize, n: usize) -> __m512i {
-    lanes512(codes.add(4 * n * j), n)
+    // SAFETY: word `j` of the chunk starts `4 n j` bytes into it, and `lanes512` reads within
+    // its `4 n` bytes (this function's precondition).
+    unsafe { lanes512(codes.add(4 * n * j), n) }
 }
 
 /// The first `n` (1 to 16) i32 lanes from `p`; the others zero.
+///
+/// # Safety
+/// The CPU must have AVX-512F, and `p` be valid for `4 n` bytes (the first `n` lanes).
 #[inline(always)]
 unsafe fn lanes512(p: *const u8, n: usize) -> __m512i {
-    if n == 16 {
-        _mm512_loadu_si512(p.cast())
-    } else {
-        _mm512_maskz_loadu_epi32(((1u32 << n) - 1) as __mmask16, p.cast())
+    // SAFETY: the CPU has AVX-512F; the load reads the first `n` lanes of `p` (the mask's),
+    // within the caller's `4 n` bytes.
+    unsafe {
+        if n == 16 {
+            _mm512_loadu_si512(p.cast())
+        } else {
+            _mm512_maskz_loadu_epi32(((1u32 << n) - 1) as __mmask16, p.cast())
+        }
     }
 }
 
 /// Code words `j` and `j + 4` (`j < 4`) of a wide chunk of `n` groups as `vpdpbusd`'s
 /// unsigned operand, against activation words `j` and `j + 4`: the low and high nibbles of
 /// word `j` (Q4), or words `j` and `j + 4` biased (Q8_0, `q ^ 0x80 = q + 128`).
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW), and `codes` be valid for a wide chunk of `n` groups of
+/// `K`'s codes.
 #[inline(always)]
 unsafe fn word_pair<K: Kind>(codes: *const u8, n: usize, j: usize) -> (__m512i, __m512i) {
-    if K::CODE_BYTES == 16 {
-        let mask = _mm512_set1_epi8(0x0F);
-        let v = word512(codes, j, n);
-        (_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask))
-    } else {
-        let bias = _mm512_set1_epi8(0x80u8 as i8);
-        (_mm512_xor_si512(word512(codes, j, n), bias), _mm512_xor_si512(word512(codes, j + 4, n), bias))
+    // SAFETY: the CPU has AVX-512 (F, BW) and `codes` holds words `j` and `j + 4` (this
+    // function's precondition).
+    unsafe {
+        if K::CODE_BYTES == 16 {
+            let mask = _mm512_set1_epi8(0x0F);
+            let v = word512(codes, j, n);
+            (_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask))
+        } else {
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            (_mm512_xor_si512(word512(codes, j, n), bias), _mm512_xor_si512(word512(codes, j + 4, n), bias))
+        }
     }
 }
 
 /// Q6_K's layout of sub-block scales (`[n][2]` i8 at `sub`) as (`sc_0`, `sc_1`) lanes,
 /// zero past `n`.
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW), and `sub` be valid for `2 n` bytes.
 #[inline(always)]
 unsafe fn sub_scales512(sub: *const u8, n: usize) -> (__m512i, __m512i) {
-    // Lane l: the i16 `sc_1 * 256 + (sc_0 as u8)`, sign-extended.
-    let pairs = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast()));
-    (_mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24), _mm512_srai_epi32(pairs, 8))
+    // SAFETY: the CPU has AVX-512 (F, BW); the masked load reads the first `n` pairs, the
+    // caller's `2 n` bytes.
+    unsafe {
+        // Lane l: the i16 `sc_1 * 256 + (sc_0 as u8)`, sign-extended.
+        let pairs = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast()));
+        (_mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24), _mm512_srai_epi32(pairs, 8))
+    }
 }
 
 /// 16 f32 lanes: lanes 0..8 lane `a` of `v`, lanes 8..16 lane `b` (a super-block's
 /// value spread over its 8 groups).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
 #[inline(always)]
 unsafe fn spread8(v: __m128, a: i32, b: i32) -> __m512 {
-    let idx = _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
+    // SAFETY: the CPU has AVX-512F (this function's precondition).
+    unsafe {
+        let idx = _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
+    }
 }
 
 /// The 16 bytes `a` then `b` as f32 lanes.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
 #[inline(always)]
 unsafe fn ints(a: [u8; 8], b: [u8; 8]) -> __m512 {
-    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(u64::from_le_bytes(b) as i64, u64::from_le_bytes(a) as i64)))
+    // SAFETY: the CPU has AVX-512F (this function's precondition).
+    unsafe { _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(u64::from_le_bytes(b) as i64, u64::from_le_bytes(a) as i64))) }
 }
 
 /// Lanes 8..16 zeroed unless the chunk has 16 groups (two super-blocks).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
 #[inline(always)]
 unsafe fn first_lanes(v: __m512, n: usize) -> __m512 {
-    if n == 16 {
-        v
-    } else {
-        _mm512_maskz_mov_ps(0x00FF, v)
+    // SAFETY: the CPU has AVX-512F (this function's precondition).
+    unsafe {
+        if n == 16 {
+            v
+        } else {
+            _mm512_maskz_mov_ps(0x00FF, v)
+        }
     }
 }
 
@@ -89,177 +138,243 @@ impl IntLanes for Vnni {
     /// f16 scales by `vcvtph2ps`, the (exact) products, the sign flipped.
     #[inline(always)]
     unsafe fn q4k_scales(h: *const u8, n: usize) -> (Avx512, Avx512) {
-        let word = |p: *const u8| std::ptr::read_unaligned(p.cast::<u32>());
-        let (sc0, m0) = q4k_scales_mins(h);
-        let ((sc1, m1), dd1) = if n == 16 { (q4k_scales_mins(h.add(Q4K_HEADER)), word(h.add(Q4K_HEADER))) } else { (([0; 8], [0; 8]), 0) };
-        // [d_0, dmin_0, d_1, dmin_1]
-        let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h) as i32));
-        let dw = _mm512_mul_ps(spread8(f, 0, 2), ints(sc0, sc1));
-        let dm = _mm512_mul_ps(spread8(f, 1, 3), ints(m0, m1));
-        let mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), _mm512_set1_epi32(i32::MIN)));
-        (Avx512(first_lanes(dw, n)), Avx512(first_lanes(mw, n)))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `h` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let word = |p: *const u8| std::ptr::read_unaligned(p.cast::<u32>());
+            let (sc0, m0) = q4k_scales_mins(&*h.cast::<[u8; Q4K_HEADER]>());
+            let ((sc1, m1), dd1) = if n == 16 { (q4k_scales_mins(&*h.add(Q4K_HEADER).cast::<[u8; Q4K_HEADER]>()), word(h.add(Q4K_HEADER))) } else { (([0; 8], [0; 8]), 0) };
+            // [d_0, dmin_0, d_1, dmin_1]
+            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h) as i32));
+            let dw = _mm512_mul_ps(spread8(f, 0, 2), ints(sc0, sc1));
+            let dm = _mm512_mul_ps(spread8(f, 1, 3), ints(m0, m1));
+            let mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), _mm512_set1_epi32(i32::MIN)));
+            (Avx512(first_lanes(dw, n)), Avx512(first_lanes(mw, n)))
+        }
     }
     #[inline(always)]
     unsafe fn q6k_scales(d: *const u8, n: usize) -> Avx512 {
-        let bits = if n == 16 { std::ptr::read_unaligned(d.cast::<u32>()) } else { std::ptr::read_unaligned(d.cast::<u16>()) as u32 };
-        let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, 0, bits as i32));
-        Avx512(first_lanes(spread8(f, 0, 1), n))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `d` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let bits = if n == 16 { std::ptr::read_unaligned(d.cast::<u32>()) } else { std::ptr::read_unaligned(d.cast::<u16>()) as u32 };
+            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, 0, bits as i32));
+            Avx512(first_lanes(spread8(f, 0, 1), n))
+        }
     }
     #[inline(always)]
     unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
-        let (m4, one) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
-        let high = word512(codes, 4, n);
-        let mut w = [_mm512_setzero_si512(); 8];
-        for j in 0..4 {
-            let v = word512(codes, j, n);
-            // Bit 4 of each byte: bit k moved down to bit 0, masked, moved up by 4.
-            let hb: [__m512i; 2] = per_index!(2, |h| _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * h) as i32)), one), 4));
-            w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
-            w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` is valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let (m4, one) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
+            let high = word512(codes, 4, n);
+            let mut w = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = word512(codes, j, n);
+                // Bit 4 of each byte: bit k moved down to bit 0, masked, moved up by 4.
+                let hb: [__m512i; 2] = per_index!(2, |h| _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128((j + 4 * h) as i32)), one), 4));
+                w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
+                w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
+            }
+            w
         }
-        w
     }
     /// (`u` per word, `sc_0`, `sc_1`)
     type Q6 = ([__m512i; 8], __m512i, __m512i);
     #[inline(always)]
     unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
-        let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
-        let high = [word512(codes, 4, n), word512(codes, 5, n)];
-        let mut w = [_mm512_setzero_si512(); 8];
-        for j in 0..4 {
-            let v = word512(codes, j, n);
-            let shift = _mm_cvtsi32_si128(2 * j as i32);
-            // Bits 4 and 5: the 2-bit field moved down to bits 0..2, masked, moved up by 4
-            // (within each byte: nothing crosses into the next one).
-            let hb: [__m512i; 2] = per_index!(2, |h| _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high[h], shift), m2), 4));
-            w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
-            w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` and `sub` are valid for
+        // the bytes this method names (the `IntLanes` contract).
+        unsafe {
+            let (m4, m2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
+            let high = [word512(codes, 4, n), word512(codes, 5, n)];
+            let mut w = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = word512(codes, j, n);
+                let shift = _mm_cvtsi32_si128(2 * j as i32);
+                // Bits 4 and 5: the 2-bit field moved down to bits 0..2, masked, moved up by 4
+                // (within each byte: nothing crosses into the next one).
+                let hb: [__m512i; 2] = per_index!(2, |h| _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high[h], shift), m2), 4));
+                w[j] = _mm512_or_si512(_mm512_and_si512(v, m4), hb[0]);
+                w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
+            }
+            let (sc0, sc1) = sub_scales512(sub, n);
+            (w, sc0, sc1)
         }
-        let (sc0, sc1) = sub_scales512(sub, n);
-        (w, sc0, sc1)
     }
     #[inline(always)]
     unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
-        let (m2, one, bias) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1), _mm512_set1_epi8(28));
-        let low = [word512(codes, 0, n), word512(codes, 1, n)];
-        let high = word512(codes, 2, n);
-        // Per byte: the 2-bit field moved down and masked, bit k moved to bit 2, plus 28
-        // (at most 35: no carry into the next byte).
-        let w = per_index!(8, |k| {
-            let l = _mm512_and_si512(_mm512_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
-            let h = _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);
-            _mm512_add_epi8(_mm512_or_si512(l, h), bias)
-        });
-        let (sc0, sc1) = sub_scales512(sub, n);
-        (w, sc0, sc1)
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` and `sub` are valid for
+        // the bytes this method names (the `IntLanes` contract).
+        unsafe {
+            let (m2, one, bias) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1), _mm512_set1_epi8(28));
+            let low = [word512(codes, 0, n), word512(codes, 1, n)];
+            let high = word512(codes, 2, n);
+            // Per byte: the 2-bit field moved down and masked, bit k moved to bit 2, plus 28
+            // (at most 35: no carry into the next byte).
+            let w = per_index!(8, |k| {
+                let l = _mm512_and_si512(_mm512_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
+                let h = _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);
+                _mm512_add_epi8(_mm512_or_si512(l, h), bias)
+            });
+            let (sc0, sc1) = sub_scales512(sub, n);
+            (w, sc0, sc1)
+        }
     }
     #[inline(always)]
     unsafe fn t5(codes: *const u8, n: usize) -> Self::T4 {
-        let (m4, one) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
-        let v = lanes512(codes, 4 * n);
-        // Lane 4g + w: group g's word of high bits, shifted right by w (half 0) or w + 4
-        // (half 1), so bit 0 of byte b is bit 4 of the lane's value b.
-        let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-        let high = _mm512_permutexvar_epi32(idx, lanes512(codes.add(16 * n), n));
-        let shift = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
-        let hb = |s: __m512i| _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi32(high, s), one), 4);
-        let (h0, h1) = (hb(shift), hb(_mm512_add_epi32(shift, _mm512_set1_epi32(4))));
-        [_mm512_or_si512(_mm512_and_si512(v, m4), h0), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), h1)]
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` is valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let (m4, one) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(1));
+            let v = lanes512(codes, 4 * n);
+            // Lane 4g + w: group g's word of high bits, shifted right by w (half 0) or w + 4
+            // (half 1), so bit 0 of byte b is bit 4 of the lane's value b.
+            let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+            let high = _mm512_permutexvar_epi32(idx, lanes512(codes.add(16 * n), n));
+            let shift = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+            let hb = |s: __m512i| _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi32(high, s), one), 4);
+            let (h0, h1) = (hb(shift), hb(_mm512_add_epi32(shift, _mm512_set1_epi32(4))));
+            [_mm512_or_si512(_mm512_and_si512(v, m4), h0), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), h1)]
+        }
     }
     /// Each half: 4 `vpdpbusd` of `u <= 63` and `|x| <= 127`, at most
     /// `16 * 63 * 127 = 128016`; then exact (bounds in the module docs).
     #[inline(always)]
     unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
-        let (u, sc0, sc1) = w;
-        let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        for k in 0..4 {
-            a = _mm512_dpbusd_epi32(a, u[k], _mm512_loadu_si512(x.add(64 * k).cast()));
-            b = _mm512_dpbusd_epi32(b, u[k + 4], _mm512_loadu_si512(x.add(64 * k + 256).cast()));
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x`, `qsum` and `hsum` are valid
+        // for the bytes this method names (the `IntLanes` contract).
+        unsafe {
+            let (u, sc0, sc1) = w;
+            let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for k in 0..4 {
+                a = _mm512_dpbusd_epi32(a, u[k], _mm512_loadu_si512(x.add(64 * k).cast()));
+                b = _mm512_dpbusd_epi32(b, u[k + 4], _mm512_loadu_si512(x.add(64 * k + 256).cast()));
+            }
+            let (q, h) = (_mm512_loadu_si512(qsum.cast()), _mm512_loadu_si512(hsum.cast()));
+            let a = _mm512_sub_epi32(a, _mm512_slli_epi32(h, 5));
+            let b = _mm512_sub_epi32(b, _mm512_slli_epi32(_mm512_sub_epi32(q, h), 5));
+            Vnni(_mm512_add_epi32(_mm512_mullo_epi32(*sc0, a), _mm512_mullo_epi32(*sc1, b)))
         }
-        let (q, h) = (_mm512_loadu_si512(qsum.cast()), _mm512_loadu_si512(hsum.cast()));
-        let a = _mm512_sub_epi32(a, _mm512_slli_epi32(h, 5));
-        let b = _mm512_sub_epi32(b, _mm512_slli_epi32(_mm512_sub_epi32(q, h), 5));
-        Vnni(_mm512_add_epi32(_mm512_mullo_epi32(*sc0, a), _mm512_mullo_epi32(*sc1, b)))
     }
     type Q4 = [__m512i; 8];
     /// Codes biased to unsigned: `q ^ 0x80 = q + 128`.
     type Q8 = [__m512i; 8];
     #[inline(always)]
     unsafe fn q4(codes: *const u8, n: usize) -> Self::Q4 {
-        let mask = _mm512_set1_epi8(0x0F);
-        let mut w = [_mm512_setzero_si512(); 8];
-        for j in 0..4 {
-            let v = word512(codes, j, n);
-            w[j] = _mm512_and_si512(v, mask);
-            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` is valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let mask = _mm512_set1_epi8(0x0F);
+            let mut w = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = word512(codes, j, n);
+                w[j] = _mm512_and_si512(v, mask);
+                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+            }
+            w
         }
-        w
     }
     #[inline(always)]
     unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8 {
-        let bias = _mm512_set1_epi8(0x80u8 as i8);
-        per_index!(8, |j| _mm512_xor_si512(word512(codes, j, n), bias))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` is valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            per_index!(8, |j| _mm512_xor_si512(word512(codes, j, n), bias))
+        }
     }
     /// Two chains of 4 `vpdpbusd` each; every lane sums at most 32 products of
     /// `15 * 127`, far from overflow.
     #[inline(always)]
     unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self {
-        let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        for k in (0..8).step_by(2) {
-            a = _mm512_dpbusd_epi32(a, w[k], _mm512_loadu_si512(x.add(64 * k).cast()));
-            b = _mm512_dpbusd_epi32(b, w[k + 1], _mm512_loadu_si512(x.add(64 * k + 64).cast()));
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for k in (0..8).step_by(2) {
+                a = _mm512_dpbusd_epi32(a, w[k], _mm512_loadu_si512(x.add(64 * k).cast()));
+                b = _mm512_dpbusd_epi32(b, w[k + 1], _mm512_loadu_si512(x.add(64 * k + 64).cast()));
+            }
+            Vnni(_mm512_add_epi32(a, b))
         }
-        Vnni(_mm512_add_epi32(a, b))
     }
     /// `sum (q + 128) x - 128 sum x`; `|sum (q + 128) x| <= 32 * 255 * 127`.
     #[inline(always)]
     unsafe fn dot_q8(w: &Self::Q8, x: *const i8, qsum: *const i32) -> Self {
-        let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-        for k in (0..8).step_by(2) {
-            a = _mm512_dpbusd_epi32(a, w[k], _mm512_loadu_si512(x.add(64 * k).cast()));
-            b = _mm512_dpbusd_epi32(b, w[k + 1], _mm512_loadu_si512(x.add(64 * k + 64).cast()));
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x` and `qsum` are valid for the
+        // bytes this method names (the `IntLanes` contract).
+        unsafe {
+            let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for k in (0..8).step_by(2) {
+                a = _mm512_dpbusd_epi32(a, w[k], _mm512_loadu_si512(x.add(64 * k).cast()));
+                b = _mm512_dpbusd_epi32(b, w[k + 1], _mm512_loadu_si512(x.add(64 * k + 64).cast()));
+            }
+            let bias = _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 7);
+            Vnni(_mm512_sub_epi32(_mm512_add_epi32(a, b), bias))
         }
-        let bias = _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 7);
-        Vnni(_mm512_sub_epi32(_mm512_add_epi32(a, b), bias))
     }
     #[inline(always)]
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self {
-        Vnni(_mm512_sub_epi32(self.0, _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 3)))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `qsum` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe { Vnni(_mm512_sub_epi32(self.0, _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 3))) }
     }
     #[inline(always)]
     unsafe fn to_f32(self) -> Avx512 {
-        Avx512(_mm512_cvtepi32_ps(self.0))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI) (the `IntLanes` contract).
+        unsafe { Avx512(_mm512_cvtepi32_ps(self.0)) }
     }
     type T4 = [__m512i; 2];
     /// Biased to unsigned like `Q8`.
     type T8 = [__m512i; 2];
     #[inline(always)]
     unsafe fn t4(codes: *const u8, n: usize) -> Self::T4 {
-        let mask = _mm512_set1_epi8(0x0F);
-        let v = lanes512(codes, 4 * n);
-        [_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask)]
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` is valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let mask = _mm512_set1_epi8(0x0F);
+            let v = lanes512(codes, 4 * n);
+            [_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask)]
+        }
     }
     #[inline(always)]
     unsafe fn t8(codes: *const u8, n: usize) -> Self::T8 {
-        let bias = _mm512_set1_epi8(0x80u8 as i8);
-        per_index!(2, |h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` is valid for the bytes
+        // this method names (the `IntLanes` contract).
+        unsafe {
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            per_index!(2, |h| _mm512_xor_si512(lanes512(codes.add(16 * n * h), 4 * n), bias))
+        }
     }
     #[inline(always)]
     unsafe fn dot_t4(w: &Self::T4, x: *const i8) -> Self {
-        let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
-        Vnni(_mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast())))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x` is valid for the bytes this
+        // method names (the `IntLanes` contract).
+        unsafe {
+            let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
+            Vnni(_mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast())))
+        }
     }
     /// `sum (q + 128) x - 128 sum x` per lane, as `dot_q8`.
     #[inline(always)]
     unsafe fn dot_t8(w: &Self::T8, x: *const i8, lane_sum: *const i32) -> Self {
-        let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
-        let a = _mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast()));
-        Vnni(_mm512_sub_epi32(a, _mm512_slli_epi32(_mm512_loadu_si512(lane_sum.cast()), 7)))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x` and `lane_sum` are valid for
+        // the bytes this method names (the `IntLanes` contract).
+        unsafe {
+            let a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_loadu_si512(x.cast()));
+            let a = _mm512_dpbusd_epi32(a, w[1], _mm512_loadu_si512(x.add(64).cast()));
+            Vnni(_mm512_sub_epi32(a, _mm512_slli_epi32(_mm512_loadu_si512(lane_sum.cast()), 7)))
+        }
     }
     #[inline(always)]
     unsafe fn spread4(v: Avx512) -> Avx512 {
-        let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-        Avx512(_mm512_permutexvar_ps(idx, v.0))
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI) (the `IntLanes` contract).
+        unsafe {
+            let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+            Avx512(_mm512_permutexvar_ps(idx, v.0))
+        }
     }
     /// Several tokens: word by word, every `(row, token)` integer sum kept in a register,
     /// so a tile holds two code words per row instead of a whole chunk's eight, and each
@@ -274,36 +389,40 @@ impl IntLanes for Vnni {
         x: &Acts,
         acc: &mut [[Avx512; NT]; NR],
     ) {
-        if NT == 1 || !K::WORD_PAIRS {
-            return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
-        }
-        let g0 = c * CHUNK_GROUPS;
-        let n = (groups - g0).min(CHUNK_GROUPS);
-        let mut sums = [[_mm512_setzero_si512(); NT]; NR];
-        for j in 0..4 {
-            let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| word_pair::<K>(rows[r].add(g0 * K::CODE_BYTES), n, j));
-            for t in 0..NT {
-                let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
-                let lo = _mm512_loadu_si512(xq.add(64 * j).cast());
-                let hi = _mm512_loadu_si512(xq.add(64 * (j + 4)).cast());
-                for r in 0..NR {
-                    sums[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sums[r][t], w[r].0, lo), w[r].1, hi);
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `rows`, `d_ptr` and `x` cover chunk
+        // `c` of the tile as `wide_chunk_dots` asks (the `IntLanes` contract).
+        unsafe {
+            if NT == 1 || !K::WORD_PAIRS {
+                return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
+            }
+            let g0 = c * CHUNK_GROUPS;
+            let n = (groups - g0).min(CHUNK_GROUPS);
+            let mut sums = [[_mm512_setzero_si512(); NT]; NR];
+            for j in 0..4 {
+                let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| word_pair::<K>(rows[r].add(g0 * K::CODE_BYTES), n, j));
+                for t in 0..NT {
+                    let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
+                    let lo = _mm512_loadu_si512(xq.add(64 * j).cast());
+                    let hi = _mm512_loadu_si512(xq.add(64 * (j + 4)).cast());
+                    for r in 0..NR {
+                        sums[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sums[r][t], w[r].0, lo), w[r].1, hi);
+                    }
                 }
             }
-        }
-        let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
-        for t in 0..NT {
-            let lane = t * x.lane_stride + g0;
-            let dx = Avx512::load(x.d.add(lane));
-            let sx = if K::OFFSET { Avx512::load(x.s.add(lane)) } else { Avx512::zero() };
-            for r in 0..NR {
-                // The bias times the activation code sums: exact (bounds in `dot_q8`).
-                let isum = match K::BIAS_LOG2 {
-                    Some(k) => _mm512_sub_epi32(sums[r][t], _mm512_sll_epi32(_mm512_loadu_si512(x.qsum.add(lane).cast()), _mm_cvtsi32_si128(k as i32))),
-                    None => sums[r][t],
-                };
-                let isum = Vnni(isum).to_f32();
-                acc[r][t] = scale_add::<Avx512, K>(acc[r][t], isum, dw[r], dx, mw[r], sx);
+            let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
+            for t in 0..NT {
+                let lane = t * x.lane_stride + g0;
+                let dx = Avx512::load(x.d.add(lane));
+                let sx = if K::OFFSET { Avx512::load(x.s.add(lane)) } else { Avx512::zero() };
+                for r in 0..NR {
+                    // The bias times the activation code sums: exact (bounds in `dot_q8`).
+                    let isum = match K::BIAS_LOG2 {
+                        Some(k) => _mm512_sub_epi32(sums[r][t], _mm512_sll_epi32(_mm512_loadu_si512(x.qsum.add(lane).cast()), _mm_cvtsi32_si128(k as i32))),
+                        None => sums[r][t],
+                    };
+                    let isum = Vnni(isum).to_f32();
+                    acc[r][t] = scale_add::<Avx512, K>(acc[r][t], isum, dw[r], dx, mw[r], sx);
+                }
             }
         }
     }

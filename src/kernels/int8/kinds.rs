@@ -8,6 +8,12 @@ use crate::kernels::lanes::Lanes16;
 use crate::kernels::{kquant_low, q5};
 
 /// How one weight type's chunk enters the integer dot product.
+///
+/// # Safety
+/// The methods run `D`'s ISA, which the CPU must have (as for [`IntLanes`]), and take
+/// pointers into a packed row and a quantized activation row, which must be valid for the
+/// chunk they name (codes at `codes`, the row's scales part from `s`, the activation bytes
+/// and sums of the chunk).
 pub(crate) trait Kind {
     const CODE_BYTES: usize;
     /// Q4_1's `m * s` term.
@@ -23,7 +29,9 @@ pub(crate) trait Kind {
     /// scales part starts at `s` (`groups` groups): by default 2 bytes per group (Q6_K's).
     #[inline(always)]
     unsafe fn sub_ptr(s: *const u8, _groups: usize, g0: usize) -> *const u8 {
-        s.add(2 * g0)
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { s.add(2 * g0) }
     }
     /// `qsum`, `hsum`: the chunk's 16 activation code sums and first-half sums.
     unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D;
@@ -31,9 +39,13 @@ pub(crate) trait Kind {
     /// `g0..g0 + n` of a row whose scales part starts at `s` (`groups` groups); zero past `n`.
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
-        let d = f16_chunk::<D::F>(s.add(2 * g0), n);
-        let m = if Self::OFFSET { f16_chunk::<D::F>(s.add(2 * groups + 2 * g0), n) } else { <D::F as Lanes16>::zero() };
-        (d, m)
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe {
+            let d = f16_chunk::<D::F>(s.add(2 * g0), n);
+            let m = if Self::OFFSET { f16_chunk::<D::F>(s.add(2 * groups + 2 * g0), n) } else { <D::F as Lanes16>::zero() };
+            (d, m)
+        }
     }
     /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
     type T<D: IntLanes>: Copy;
@@ -53,21 +65,29 @@ impl Kind for KQ4_0 {
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
-        D::q4(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q4(codes, n) }
     }
     /// `sum (q - 8) x = sum q x - 8 sum x`.
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
-        D::dot_q4(w, x).minus_8_qsum(qsum)
+        // SAFETY: `x` and `qsum` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe { D::dot_q4(w, x).minus_8_qsum(qsum) }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
-        D::t4(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::t4(codes, n) }
     }
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
-        D::dot_t4(w, x).minus_8_qsum(sums)
+        // SAFETY: `x` and `sums` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe { D::dot_t4(w, x).minus_8_qsum(sums) }
     }
 }
 
@@ -79,20 +99,28 @@ impl Kind for KQ4_1 {
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
-        D::q4(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q4(codes, n) }
     }
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
-        D::dot_q4(w, x)
+        // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::dot_q4(w, x) }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
-        D::t4(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::t4(codes, n) }
     }
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
-        D::dot_t4(w, x)
+        // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::dot_t4(w, x) }
     }
 }
 
@@ -104,20 +132,28 @@ impl Kind for KQ8_0 {
     type W<D: IntLanes> = D::Q8;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q8 {
-        D::q8(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q8(codes, n) }
     }
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
-        D::dot_q8(w, x, qsum)
+        // SAFETY: `x` and `qsum` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe { D::dot_q8(w, x, qsum) }
     }
     type T<D: IntLanes> = D::T8;
     #[inline(always)]
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T8 {
-        D::t8(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::t8(codes, n) }
     }
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
-        D::dot_t8(w, x, sums)
+        // SAFETY: `x` and `sums` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe { D::dot_t8(w, x, sums) }
     }
 }
 
@@ -131,15 +167,21 @@ impl Kind for KQ4K {
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
-        D::q4(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q4(codes, n) }
     }
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
-        D::dot_q4(w, x)
+        // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::dot_q4(w, x) }
     }
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
-        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -160,15 +202,21 @@ impl Kind for KQ5K {
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
-        D::q5(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q5(codes, n) }
     }
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
-        D::dot_q5(w, x)
+        // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::dot_q5(w, x) }
     }
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
-        D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n)
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -190,15 +238,21 @@ impl Kind for KQ6K {
     type W<D: IntLanes> = D::Q6;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
-        D::q6(codes, sub, n)
+        // SAFETY: `codes` and `sub` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe { D::q6(codes, sub, n) }
     }
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
-        D::dot_q6(w, x, qsum, hsum)
+        // SAFETY: `x`, `qsum` and `hsum` are valid for the chunk's bytes and the CPU runs `D`'s
+        // ISA (the `Kind` contract).
+        unsafe { D::dot_q6(w, x, qsum, hsum) }
     }
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
-        (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), n), <D::F as Lanes16>::zero())
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), n), <D::F as Lanes16>::zero()) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -220,21 +274,29 @@ impl Kind for KQ5_0 {
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
-        D::q5(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q5(codes, n) }
     }
     /// `sum (u - 16) x = sum u x - 16 sum x`.
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
-        D::dot_q5(w, x).minus_16_qsum(qsum)
+        // SAFETY: `x` and `qsum` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe { D::dot_q5(w, x).minus_16_qsum(qsum) }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
-        D::t5(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::t5(codes, n) }
     }
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, sums: *const i32) -> D {
-        D::dot_t4(w, x).minus_16_qsum(sums)
+        // SAFETY: `x` and `sums` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe { D::dot_t4(w, x).minus_16_qsum(sums) }
     }
 }
 
@@ -249,20 +311,28 @@ impl Kind for KQ5_1 {
     type W<D: IntLanes> = D::Q4;
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
-        D::q5(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::q5(codes, n) }
     }
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
-        D::dot_q5(w, x)
+        // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::dot_q5(w, x) }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> D::T4 {
-        D::t5(codes, n)
+        // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::t5(codes, n) }
     }
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T4, x: *const i8, _sums: *const i32) -> D {
-        D::dot_t4(w, x)
+        // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { D::dot_t4(w, x) }
     }
 }
 
@@ -278,28 +348,40 @@ impl Kind for KQ3K {
     type W<D: IntLanes> = D::Q6;
     #[inline(always)]
     unsafe fn sub_ptr(s: *const u8, _groups: usize, g0: usize) -> *const u8 {
-        s.add(kquant_low::SCALE_BYTES * (g0 / SUPER_GROUPS))
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe { s.add(kquant_low::SCALE_BYTES * (g0 / SUPER_GROUPS)) }
     }
     /// `sub`: the packed scales of the chunk's first super-block (the second's follow).
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
-        let mut pairs = [0i8; 32];
-        for b in 0..n / SUPER_GROUPS {
-            // SAFETY: the row's scales part holds a chunk's (one or two) super-blocks' 12
-            // bytes each from `sub` on; a byte array needs no alignment.
-            let packed = &*sub.add(kquant_low::SCALE_BYTES * b).cast::<[u8; kquant_low::SCALE_BYTES]>();
-            pairs[16 * b..16 * (b + 1)].copy_from_slice(&kquant_low::q3k_scales(packed));
+        // SAFETY: `codes` and `sub` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe {
+            let mut pairs = [0i8; 32];
+            for b in 0..n / SUPER_GROUPS {
+                // SAFETY: the row's scales part holds a chunk's (one or two) super-blocks' 12
+                // bytes each from `sub` on; a byte array needs no alignment.
+                let packed = &*sub.add(kquant_low::SCALE_BYTES * b).cast::<[u8; kquant_low::SCALE_BYTES]>();
+                pairs[16 * b..16 * (b + 1)].copy_from_slice(&kquant_low::q3k_scales(packed));
+            }
+            D::q3(codes, pairs.as_ptr().cast(), n)
         }
-        D::q3(codes, pairs.as_ptr().cast(), n)
     }
     #[inline(always)]
     unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
-        D::dot_q6(w, x, qsum, hsum)
+        // SAFETY: `x`, `qsum` and `hsum` are valid for the chunk's bytes and the CPU runs `D`'s
+        // ISA (the `Kind` contract).
+        unsafe { D::dot_q6(w, x, qsum, hsum) }
     }
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
-        let d = s.add(kquant_low::SCALE_BYTES * (groups / SUPER_GROUPS) + 2 * (g0 / SUPER_GROUPS));
-        (D::q6k_scales(d, n), <D::F as Lanes16>::zero())
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe {
+            let d = s.add(kquant_low::SCALE_BYTES * (groups / SUPER_GROUPS) + 2 * (g0 / SUPER_GROUPS));
+            (D::q6k_scales(d, n), <D::F as Lanes16>::zero())
+        }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {

@@ -118,18 +118,29 @@ pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: 
     assert!(act.tail_d.len() >= act.n_tokens * CHUNK_GROUPS && act.tail_sum.len() >= act.n_tokens * CHUNK_GROUPS);
     assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
-    match isa {
-        Isa::Scalar => by_type::<ScalarI32>(w, act, rows, out, token_stride),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => avx2::matmul_rows(w, act, rows, out, token_stride),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => avx512::matmul_rows(w, act, rows, out, token_stride),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("no SIMD path on this architecture"),
+    // SAFETY: the shapes and buffer lengths are checked above, so are the CPU's features for
+    // `isa`; the caller gives this call those outputs alone.
+    unsafe {
+        match isa {
+            Isa::Scalar => by_type::<ScalarI32>(w, act, rows, out, token_stride),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => avx2::matmul_rows(w, act, rows, out, token_stride),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512::matmul_rows(w, act, rows, out, token_stride),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("no SIMD path on this architecture"),
+        }
     }
 }
 
 /// Sixteen i32 lanes (lane `l` = group `16c + l` of a chunk), one implementation per ISA.
+///
+/// # Safety
+/// Every method is `unsafe` because the SIMD implementations may only run on a CPU with
+/// their features; callers reach them through [`matmul_rows_int8`], which checked them
+/// ([`Isa::int8_available`]). Pointer arguments must be valid for the bytes a method names
+/// (a chunk's codes of `n` groups, a chunk's 512 activation bytes or a narrow chunk's 128,
+/// 16 lanes of sums).
 pub(crate) trait IntLanes: Copy {
     /// The f32 lanes of the same ISA.
     type F: Lanes16;
@@ -161,7 +172,8 @@ pub(crate) trait IntLanes: Copy {
     /// 5-bit codes unless an ISA overrides this.
     #[inline(always)]
     unsafe fn dot_q5(w: &Self::Q4, x: *const i8) -> Self {
-        Self::dot_q4(w, x)
+        // SAFETY: `dot_q4` takes the same arguments (the `IntLanes` contract).
+        unsafe { Self::dot_q4(w, x) }
     }
     /// One chunk of Q6_K codes (`u = q + 32`, unpacked to 8 words as `Q4`) and the lanes'
     /// two sub-block scales.
@@ -176,34 +188,43 @@ pub(crate) trait IntLanes: Copy {
     /// so the default (plain code) and an ISA's own way give the same bits.
     #[inline(always)]
     unsafe fn q4k_scales(h: *const u8, n: usize) -> (Self::F, Self::F) {
-        let (mut dw, mut mw) = ([0f32; 16], [0f32; 16]);
-        for b in 0..n / SUPER_GROUPS {
-            let h = h.add(Q4K_HEADER * b);
-            let (sc, m) = q4k_scales_mins(h);
-            let (d, dmin) = (f16_at(h), f16_at(h.add(2)));
-            for j in 0..SUPER_GROUPS {
-                dw[SUPER_GROUPS * b + j] = d * sc[j] as f32;
-                mw[SUPER_GROUPS * b + j] = -(dmin * m[j] as f32);
+        // SAFETY: `h` is valid for the chunk's `n / 8` headers of 16 bytes (the `IntLanes`
+        // contract); `dw` and `mw` hold 16 f32 each.
+        unsafe {
+            let (mut dw, mut mw) = ([0f32; 16], [0f32; 16]);
+            for b in 0..n / SUPER_GROUPS {
+                let h = h.add(Q4K_HEADER * b);
+                let (sc, m) = q4k_scales_mins(&*h.cast::<[u8; Q4K_HEADER]>());
+                let (d, dmin) = (f16_at(h), f16_at(h.add(2)));
+                for j in 0..SUPER_GROUPS {
+                    dw[SUPER_GROUPS * b + j] = d * sc[j] as f32;
+                    mw[SUPER_GROUPS * b + j] = -(dmin * m[j] as f32);
+                }
             }
+            (<Self::F as Lanes16>::load(dw.as_ptr()), <Self::F as Lanes16>::load(mw.as_ptr()))
         }
-        (<Self::F as Lanes16>::load(dw.as_ptr()), <Self::F as Lanes16>::load(mw.as_ptr()))
     }
     /// Q6_K's `d_w`: lane `l` the f16 `d` of super-block `l / 8` (at `d + 2 (l / 8)`), for a
     /// chunk of `n` (8 or 16) groups; zero past `n`.
     #[inline(always)]
     unsafe fn q6k_scales(d: *const u8, n: usize) -> Self::F {
-        let mut dw = [0f32; 16];
-        for b in 0..n / SUPER_GROUPS {
-            dw[SUPER_GROUPS * b..SUPER_GROUPS * (b + 1)].fill(f16_at(d.add(2 * b)));
+        // SAFETY: `d` is valid for `n / 8` f16 values (the `IntLanes` contract); `dw` holds 16
+        // f32.
+        unsafe {
+            let mut dw = [0f32; 16];
+            for b in 0..n / SUPER_GROUPS {
+                dw[SUPER_GROUPS * b..SUPER_GROUPS * (b + 1)].fill(f16_at(d.add(2 * b)));
+            }
+            <Self::F as Lanes16>::load(dw.as_ptr())
         }
-        <Self::F as Lanes16>::load(dw.as_ptr())
     }
     /// `self - 8 * qsum` lane-wise.
     unsafe fn minus_8_qsum(self, qsum: *const i32) -> Self;
     /// `self - 16 * qsum` lane-wise (exact: the bounds in the module docs).
     #[inline(always)]
     unsafe fn minus_16_qsum(self, qsum: *const i32) -> Self {
-        self.minus_8_qsum(qsum).minus_8_qsum(qsum)
+        // SAFETY: `qsum` is valid for 16 lanes (the `IntLanes` contract).
+        unsafe { self.minus_8_qsum(qsum).minus_8_qsum(qsum) }
     }
     /// Exact conversion (every value is below 2^24 in magnitude).
     unsafe fn to_f32(self) -> Self::F;
@@ -231,79 +252,105 @@ pub(crate) trait IntLanes: Copy {
         x: &Acts,
         acc: &mut [[Self::F; NT]; NR],
     ) {
-        wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc)
+        // SAFETY: the arguments are those `wide_chunk_dots` asks for (the `IntLanes` contract).
+        unsafe { wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc) }
     }
 }
 
 /// The f16 at `p` (little-endian), exactly converted.
+///
+/// # Safety
+/// `p` must be valid for 2 bytes.
 #[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
-    half::f16::from_le_bytes([*p, *p.add(1)]).to_f32()
+    // SAFETY: `p` is valid for 2 bytes (this function's precondition).
+    unsafe { half::f16::from_le_bytes([*p, *p.add(1)]).to_f32() }
 }
-
 
 /// Q6_K's two sub-block scales of each of a chunk's `n` groups (`sub`: `[n][2]` i8), zero
 /// past `n`.
+///
+/// # Safety
+/// `sub` must be valid for `2 n` bytes, `n <= 16`.
 #[inline(always)]
 unsafe fn q6_sub_scales(sub: *const u8, n: usize) -> ([i32; 16], [i32; 16]) {
-    let (mut s0, mut s1) = ([0i32; 16], [0i32; 16]);
-    for l in 0..n {
-        s0[l] = *sub.add(2 * l) as i8 as i32;
-        s1[l] = *sub.add(2 * l + 1) as i8 as i32;
+    // SAFETY: `l < n`, so the reads are within the `2 n` bytes at `sub` (this function's
+    // precondition).
+    unsafe {
+        let (mut s0, mut s1) = ([0i32; 16], [0i32; 16]);
+        for l in 0..n {
+            s0[l] = *sub.add(2 * l) as i8 as i32;
+            s1[l] = *sub.add(2 * l + 1) as i8 as i32;
+        }
+        (s0, s1)
     }
-    (s0, s1)
 }
 
-
+/// # Safety
+/// The CPU must have `D`'s ISA, the arguments must pass the checks of [`matmul_rows_int8`], and
+/// no other thread may touch those elements of `out` during the call.
 #[inline(always)]
 unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    match w.ty {
-        GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
-        GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
-        GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
-        GgmlType::Q3_K => tiles::<D, KQ3K>(w, act, rows, out, token_stride),
-        GgmlType::Q5_0 => tiles::<D, KQ5_0>(w, act, rows, out, token_stride),
-        GgmlType::Q5_1 => tiles::<D, KQ5_1>(w, act, rows, out, token_stride),
-        _ => match w.ty.kernel() {
-            KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
-            KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
-            KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
-            _ => unreachable!("checked by is_int8_packable"),
-        },
+    // SAFETY: `K` is the kind of `w.ty`, so its layout is that of `w`'s rows; the rest is the
+    // caller's precondition, which `tiles` asks for too.
+    unsafe {
+        match w.ty {
+            GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
+            GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
+            GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
+            GgmlType::Q3_K => tiles::<D, KQ3K>(w, act, rows, out, token_stride),
+            GgmlType::Q5_0 => tiles::<D, KQ5_0>(w, act, rows, out, token_stride),
+            GgmlType::Q5_1 => tiles::<D, KQ5_1>(w, act, rows, out, token_stride),
+            _ => match w.ty.kernel() {
+                KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
+                KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
+                KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
+                _ => unreachable!("checked by is_int8_packable"),
+            },
+        }
     }
 }
 
 /// Token blocks, then rows, then tiles of up to 2 rows x 4 tokens (as the f32 kernels).
+///
+/// # Safety
+/// As for [`by_type`], with `K` the kind of `w.ty`.
 #[inline(always)]
 unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
-    debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
-    let row_bytes = layout_row_bytes(w.ty, Layout::Chunked, w.cols);
-    let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
-    for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
-        let tokens = t_block..(t_block + TOKEN_BLOCK).min(act.n_tokens);
-        let mut r = rows.start;
-        while r < rows.end {
-            let nr = tile_rows.min(rows.end - r);
-            let row = w.data.as_ptr().add(r * row_bytes);
-            let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-            prefetch(row.add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
-            let mut t = tokens.start;
-            while t < tokens.end {
-                let x = Acts::at(act, t);
-                let o = out.at(t * token_stride + r);
-                let (c, s) = (w.cols, token_stride);
-                t += match (nr, tokens.end - t) {
-                    (1, 1) => tile::<D, K, 1, 1>(row, row_bytes, c, &x, o, s),
-                    (1, 2) => tile::<D, K, 1, 2>(row, row_bytes, c, &x, o, s),
-                    (1, 3) => tile::<D, K, 1, 3>(row, row_bytes, c, &x, o, s),
-                    (1, _) => tile::<D, K, 1, 4>(row, row_bytes, c, &x, o, s),
-                    (_, 1) => tile::<D, K, 2, 1>(row, row_bytes, c, &x, o, s),
-                    (_, 2) => tile::<D, K, 2, 2>(row, row_bytes, c, &x, o, s),
-                    (_, 3) => tile::<D, K, 2, 3>(row, row_bytes, c, &x, o, s),
-                    (_, _) => tile::<D, K, 2, 4>(row, row_bytes, c, &x, o, s),
-                };
+    // SAFETY: rows `r..r + nr` are rows of `w` (`rows.end <= w.rows`) and tokens `t..` tokens
+    // of `act`, so the row pointers and `Acts::at` stay in their buffers and `tile` reads and
+    // writes what they hold; the outputs `t * token_stride + r..` are in `out` (`check_out`)
+    // and this call's alone, and the CPU has `D`'s ISA (this function's precondition).
+    unsafe {
+        debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
+        let row_bytes = layout_row_bytes(w.ty, Layout::Chunked, w.cols);
+        let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
+        for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
+            let tokens = t_block..(t_block + TOKEN_BLOCK).min(act.n_tokens);
+            let mut r = rows.start;
+            while r < rows.end {
+                let nr = tile_rows.min(rows.end - r);
+                let row = w.data.as_ptr().add(r * row_bytes);
+                let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
+                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
+                let mut t = tokens.start;
+                while t < tokens.end {
+                    let x = Acts::at(act, t);
+                    let o = out.at(t * token_stride + r);
+                    let (c, s) = (w.cols, token_stride);
+                    t += match (nr, tokens.end - t) {
+                        (1, 1) => tile::<D, K, 1, 1>(row, row_bytes, c, &x, o, s),
+                        (1, 2) => tile::<D, K, 1, 2>(row, row_bytes, c, &x, o, s),
+                        (1, 3) => tile::<D, K, 1, 3>(row, row_bytes, c, &x, o, s),
+                        (1, _) => tile::<D, K, 1, 4>(row, row_bytes, c, &x, o, s),
+                        (_, 1) => tile::<D, K, 2, 1>(row, row_bytes, c, &x, o, s),
+                        (_, 2) => tile::<D, K, 2, 2>(row, row_bytes, c, &x, o, s),
+                        (_, 3) => tile::<D, K, 2, 3>(row, row_bytes, c, &x, o, s),
+                        (_, _) => tile::<D, K, 2, 4>(row, row_bytes, c, &x, o, s),
+                    };
+                }
+                r += nr;
             }
-            r += nr;
         }
     }
 }
@@ -323,25 +370,39 @@ pub(crate) struct Acts {
 
 impl Acts {
     /// From token `t` of `act` on.
+    ///
+    /// # Safety
+    /// `t` must be below `act.n_tokens`, and `act`'s buffers hold `n_tokens` tokens (checked by
+    /// [`matmul_rows_int8`]).
     #[inline(always)]
     unsafe fn at(act: &QuantizedRows, t: usize) -> Acts {
-        let (qs, ls) = (act.q_stride(), act.lane_stride());
-        Acts {
-            q: act.q.as_ptr().add(t * qs),
-            d: act.d.as_ptr().add(t * ls),
-            s: act.s.as_ptr().add(t * ls),
-            qsum: act.qsum.as_ptr().add(t * ls),
-            hsum: act.hsum.as_ptr().add(t * ls),
-            tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
-            tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
-            q_stride: qs,
-            lane_stride: ls,
+        // SAFETY: `t < act.n_tokens`, and every buffer holds `n_tokens` tokens (this function's
+        // precondition), so each offset is within its buffer.
+        unsafe {
+            let (qs, ls) = (act.q_stride(), act.lane_stride());
+            Acts {
+                q: act.q.as_ptr().add(t * qs),
+                d: act.d.as_ptr().add(t * ls),
+                s: act.s.as_ptr().add(t * ls),
+                qsum: act.qsum.as_ptr().add(t * ls),
+                hsum: act.hsum.as_ptr().add(t * ls),
+                tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
+                tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
+                q_stride: qs,
+                lane_stride: ls,
+            }
         }
     }
 }
 
 /// `NR` consecutive packed rows (from `row`, `row_bytes` apart) against `NT` consecutive
 /// tokens, each output by the canonical order; returns `NT`.
+///
+/// # Safety
+/// `row` must point at `NR` packed rows of `cols` values in `K`'s layout, `row_bytes` apart;
+/// `x` at `NT` tokens of activations of `cols` values; `out` be valid for `NR` outputs of each
+/// of `NT` tokens, `out_stride` apart, which no other thread touches during the call. The CPU
+/// must have `D`'s ISA.
 #[inline(always)]
 unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     row: *const u8,
@@ -351,44 +412,54 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     out: *mut f32,
     out_stride: usize,
 ) -> usize {
-    let groups = cols / GROUP;
-    let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
-    let d_ptr = rows.map(|p| p.add(groups * K::CODE_BYTES));
-    let mut acc = [[<D::F as Lanes16>::zero(); NT]; NR];
-    for c in 0..wide_chunks(cols) {
-        D::wide_chunk::<K, NR, NT>(&rows, &d_ptr, groups, c, x, &mut acc);
-    }
-    let n = narrow_groups(cols);
-    if n > 0 {
-        let g0 = groups - n;
-        let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
-        let (mut dw, mw) = chunk_scales::<D, K, NR>(&d_ptr, groups, g0, n);
-        // Lane 4g + w: the scale of group g (zero past the groups).
-        for d in &mut dw {
-            *d = D::spread4(*d);
+    // SAFETY: `row`, `x` and `out` cover the rows, tokens and outputs this reads and writes:
+    // the wide chunks and the narrow one of `cols` values (this function's precondition); the
+    // CPU has `D`'s ISA.
+    unsafe {
+        let groups = cols / GROUP;
+        let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
+        let d_ptr = rows.map(|p| p.add(groups * K::CODE_BYTES));
+        let mut acc = [[<D::F as Lanes16>::zero(); NT]; NR];
+        for c in 0..wide_chunks(cols) {
+            D::wide_chunk::<K, NR, NT>(&rows, &d_ptr, groups, c, x, &mut acc);
         }
-        for t in 0..NT {
-            let xq = x.q.add(t * x.q_stride + (g0 / CHUNK_GROUPS) * CHUNK_BYTES);
-            let dx = <D::F as Lanes16>::load(x.tail_d.add(t * CHUNK_GROUPS));
-            let sums = x.tail_sum.add(t * CHUNK_GROUPS);
-            let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(t * x.lane_stride + g0)) } else { <D::F as Lanes16>::zero() };
-            for r in 0..NR {
-                let psum = K::psum::<D>(&w[r], xq, sums);
-                acc[r][t] = scale_add::<D::F, K>(acc[r][t], psum.to_f32(), dw[r], dx, mw[r], sx);
+        let n = narrow_groups(cols);
+        if n > 0 {
+            let g0 = groups - n;
+            let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+            let (mut dw, mw) = chunk_scales::<D, K, NR>(&d_ptr, groups, g0, n);
+            // Lane 4g + w: the scale of group g (zero past the groups).
+            for d in &mut dw {
+                *d = D::spread4(*d);
+            }
+            for t in 0..NT {
+                let xq = x.q.add(t * x.q_stride + (g0 / CHUNK_GROUPS) * CHUNK_BYTES);
+                let dx = <D::F as Lanes16>::load(x.tail_d.add(t * CHUNK_GROUPS));
+                let sums = x.tail_sum.add(t * CHUNK_GROUPS);
+                let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(t * x.lane_stride + g0)) } else { <D::F as Lanes16>::zero() };
+                for r in 0..NR {
+                    let psum = K::psum::<D>(&w[r], xq, sums);
+                    acc[r][t] = scale_add::<D::F, K>(acc[r][t], psum.to_f32(), dw[r], dx, mw[r], sx);
+                }
             }
         }
-    }
-    for r in 0..NR {
-        for t in 0..NT {
-            *out.add(t * out_stride + r) = acc[r][t].reduce();
+        for r in 0..NR {
+            for t in 0..NT {
+                *out.add(t * out_stride + r) = acc[r][t].reduce();
+            }
         }
+        NT
     }
-    NT
 }
 
 /// Wide chunk `c` of an `NR x NT` tile into `acc` (steps 1 to 4 of the module docs), with
 /// each `(row, token)` dot product formed whole by `K::isum`. `rows`: the tile's code rows;
 /// `d_ptr`: their scales (then Q4_1's offsets); `groups`: per row.
+///
+/// # Safety
+/// `rows` and `d_ptr` must point at the codes and the scales part of `NR` packed rows of
+/// `groups` groups in `K`'s layout, `c` be one of their wide chunks, and `x` point at `NT`
+/// tokens of activations of as many groups; the CPU must have `D`'s ISA.
 #[inline(always)]
 unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     rows: &[*const u8; NR],
@@ -398,37 +469,54 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
     x: &Acts,
     acc: &mut [[D::F; NT]; NR],
 ) {
-    let g0 = c * CHUNK_GROUPS;
-    let n = (groups - g0).min(CHUNK_GROUPS);
-    let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr[r], groups, g0), n));
-    let (dw, mw) = chunk_scales::<D, K, NR>(d_ptr, groups, g0, n);
-    for t in 0..NT {
-        let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
-        let lane = t * x.lane_stride + g0;
-        let dx = <D::F as Lanes16>::load(x.d.add(lane));
-        let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
-        for r in 0..NR {
-            let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane), x.hsum.add(lane));
-            acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
+    // SAFETY: chunk `c` lies within every row and token (this function's precondition), and so
+    // do its codes at `g0 * CODE_BYTES`, its scales and its activation lanes at `g0`.
+    unsafe {
+        let g0 = c * CHUNK_GROUPS;
+        let n = (groups - g0).min(CHUNK_GROUPS);
+        let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr[r], groups, g0), n));
+        let (dw, mw) = chunk_scales::<D, K, NR>(d_ptr, groups, g0, n);
+        for t in 0..NT {
+            let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
+            let lane = t * x.lane_stride + g0;
+            let dx = <D::F as Lanes16>::load(x.d.add(lane));
+            let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
+            for r in 0..NR {
+                let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane), x.hsum.add(lane));
+                acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
+            }
         }
     }
 }
 
 /// The chunk's weight scales `d_w` and (Q4_1, Q4_K) offsets `m_w` of each row, zero past
 /// `n` groups ([`Kind::scales`]).
+///
+/// # Safety
+/// `d_ptr` must point at the scales parts of packed rows of `groups` groups in `K`'s layout,
+/// with groups `g0..g0 + n` among them; the CPU must have `D`'s ISA.
 #[inline(always)]
 unsafe fn chunk_scales<D: IntLanes, K: Kind, const NR: usize>(d_ptr: &[*const u8; NR], groups: usize, g0: usize, n: usize) -> ([D::F; NR], [D::F; NR]) {
-    let both: [(D::F, D::F); NR] = per_index!(NR, |r| K::scales::<D>(d_ptr[r], groups, g0, n));
-    (both.map(|b| b.0), both.map(|b| b.1))
+    // SAFETY: `K::scales` asks, for each row, what this function's precondition gives.
+    unsafe {
+        let both: [(D::F, D::F); NR] = per_index!(NR, |r| K::scales::<D>(d_ptr[r], groups, g0, n));
+        (both.map(|b| b.0), both.map(|b| b.1))
+    }
 }
 
 /// Steps 2 to 4: `acc = fma(d_w d_x, isum, acc)`, then (Q4_1) `acc = fma(m_w, s_x, acc)`.
+///
+/// # Safety
+/// The CPU must have `F`'s ISA.
 #[inline(always)]
 unsafe fn scale_add<F: Lanes16, K: Kind>(acc: F, isum: F, dw: F, dx: F, mw: F, sx: F) -> F {
-    let a = F::fma(F::mul(dw, dx), isum, acc);
-    if K::OFFSET {
-        F::fma(mw, sx, a)
-    } else {
-        a
+    // SAFETY: the CPU has `F`'s ISA (this function's precondition).
+    unsafe {
+        let a = F::fma(F::mul(dw, dx), isum, acc);
+        if K::OFFSET {
+            F::fma(mw, sx, a)
+        } else {
+            a
+        }
     }
 }

@@ -61,31 +61,39 @@ pub trait Lanes16: Copy {
     /// `offset` is 0 or -8 (`OFFSET8`). Every product is exact in f32.
     #[inline(always)]
     unsafe fn scaled_nibbles<const OFFSET8: bool>(qs: *const u8, d: Self) -> (Self, Self) {
-        let (mut lo, mut hi) = Self::nibbles(qs);
-        if OFFSET8 {
-            let eight = Self::splat(-8.0);
-            lo = Self::add(lo, eight);
-            hi = Self::add(hi, eight);
+        // SAFETY: `qs` is valid for 16 bytes and the CPU runs `Self`'s ISA (this trait's
+        // contract).
+        unsafe {
+            let (mut lo, mut hi) = Self::nibbles(qs);
+            if OFFSET8 {
+                let eight = Self::splat(-8.0);
+                lo = Self::add(lo, eight);
+                hi = Self::add(hi, eight);
+            }
+            (Self::mul(d, lo), Self::mul(d, hi))
         }
-        (Self::mul(d, lo), Self::mul(d, hi))
     }
     /// `d * (q + bias) + a` (or without `+ a` if `a` is `None`) for the 32 nibbles `q` of
     /// `qs` (low nibbles, then high), `bias` a small integer: `q + bias` and the product are
     /// exact, the addition rounds once (a decoded group type's weights, see `groups`).
     #[inline(always)]
     unsafe fn nibble_weights(qs: *const u8, bias: f32, d: Self, a: Option<Self>) -> (Self, Self) {
-        let (mut lo, mut hi) = Self::nibbles(qs);
-        if bias != 0.0 {
-            let b = Self::splat(bias);
-            lo = Self::add(lo, b);
-            hi = Self::add(hi, b);
+        // SAFETY: `qs` is valid for 16 bytes and the CPU runs `Self`'s ISA (this trait's
+        // contract).
+        unsafe {
+            let (mut lo, mut hi) = Self::nibbles(qs);
+            if bias != 0.0 {
+                let b = Self::splat(bias);
+                lo = Self::add(lo, b);
+                hi = Self::add(hi, b);
+            }
+            let (mut lo, mut hi) = (Self::mul(d, lo), Self::mul(d, hi));
+            if let Some(a) = a {
+                lo = Self::add(lo, a);
+                hi = Self::add(hi, a);
+            }
+            (lo, hi)
         }
-        let (mut lo, mut hi) = (Self::mul(d, lo), Self::mul(d, hi));
-        if let Some(a) = a {
-            lo = Self::add(lo, a);
-            hi = Self::add(hi, a);
-        }
-        (lo, hi)
     }
     /// 32 signed bytes: (first 16, last 16).
     unsafe fn i8x32(qs: *const i8) -> (Self, Self);
@@ -94,9 +102,13 @@ pub trait Lanes16: Copy {
     /// The first `n` (1 to 16) of 16 little-endian f16 values; the other lanes are zero.
     #[inline(always)]
     unsafe fn f16_partial(p: *const u8, n: usize) -> Self {
-        let mut padded = [0u8; 32];
-        std::ptr::copy_nonoverlapping(p, padded.as_mut_ptr(), 2 * n);
-        Self::f16x16(padded.as_ptr())
+        // SAFETY: `p` is valid for the `2 n` bytes copied (this trait's contract), `padded`
+        // holds 32, and the CPU runs `Self`'s ISA.
+        unsafe {
+            let mut padded = [0u8; 32];
+            std::ptr::copy_nonoverlapping(p, padded.as_mut_ptr(), 2 * n);
+            Self::f16x16(padded.as_ptr())
+        }
     }
     /// 16 little-endian bf16 values.
     unsafe fn bf16x16(p: *const u8) -> Self;

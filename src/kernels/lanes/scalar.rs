@@ -21,11 +21,13 @@ impl Lanes16 for Scalar16 {
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
-        Scalar16(std::ptr::read_unaligned(p.cast::<[f32; 16]>()))
+        // SAFETY: `p` is valid for the bytes this method names (the `Lanes16` contract).
+        unsafe { Scalar16(std::ptr::read_unaligned(p.cast::<[f32; 16]>())) }
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
-        std::ptr::write_unaligned(p.cast::<[f32; 16]>(), self.0)
+        // SAFETY: `p` is valid for the bytes this method names (the `Lanes16` contract).
+        unsafe { std::ptr::write_unaligned(p.cast::<[f32; 16]>(), self.0) }
     }
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
@@ -78,28 +80,40 @@ impl Lanes16 for Scalar16 {
     }
     #[inline(always)]
     unsafe fn nibbles(qs: *const u8) -> (Self, Self) {
-        let q = std::ptr::read_unaligned(qs.cast::<[u8; 16]>());
-        (
-            Scalar16(std::array::from_fn(|l| (q[l] & 0x0F) as f32)),
-            Scalar16(std::array::from_fn(|l| (q[l] >> 4) as f32)),
-        )
+        // SAFETY: `qs` is valid for the bytes this method names (the `Lanes16` contract).
+        unsafe {
+            let q = std::ptr::read_unaligned(qs.cast::<[u8; 16]>());
+            (
+                Scalar16(std::array::from_fn(|l| (q[l] & 0x0F) as f32)),
+                Scalar16(std::array::from_fn(|l| (q[l] >> 4) as f32)),
+            )
+        }
     }
     #[inline(always)]
     unsafe fn i8x32(qs: *const i8) -> (Self, Self) {
-        let q = std::ptr::read_unaligned(qs.cast::<[i8; 32]>());
-        (
-            Scalar16(std::array::from_fn(|l| q[l] as f32)),
-            Scalar16(std::array::from_fn(|l| q[l + 16] as f32)),
-        )
+        // SAFETY: `qs` is valid for the bytes this method names (the `Lanes16` contract).
+        unsafe {
+            let q = std::ptr::read_unaligned(qs.cast::<[i8; 32]>());
+            (
+                Scalar16(std::array::from_fn(|l| q[l] as f32)),
+                Scalar16(std::array::from_fn(|l| q[l + 16] as f32)),
+            )
+        }
     }
     #[inline(always)]
     unsafe fn f16x16(p: *const u8) -> Self {
-        let b = std::ptr::read_unaligned(p.cast::<[[u8; 2]; 16]>());
-        Scalar16(std::array::from_fn(|l| half::f16::from_le_bytes(b[l]).to_f32()))
+        // SAFETY: `p` is valid for the bytes this method names (the `Lanes16` contract).
+        unsafe {
+            let b = std::ptr::read_unaligned(p.cast::<[[u8; 2]; 16]>());
+            Scalar16(std::array::from_fn(|l| half::f16::from_le_bytes(b[l]).to_f32()))
+        }
     }
     #[inline(always)]
     unsafe fn bf16x16(p: *const u8) -> Self {
-        let b = std::ptr::read_unaligned(p.cast::<[[u8; 2]; 16]>());
-        Scalar16(std::array::from_fn(|l| half::bf16::from_le_bytes(b[l]).to_f32()))
+        // SAFETY: `p` is valid for the bytes this method names (the `Lanes16` contract).
+        unsafe {
+            let b = std::ptr::read_unaligned(p.cast::<[[u8; 2]; 16]>());
+            Scalar16(std::array::from_fn(|l| half::bf16::from_le_bytes(b[l]).to_f32()))
+        }
     }
 }
