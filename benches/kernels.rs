@@ -60,6 +60,7 @@ fn bench(c: &mut Criterion) {
                 group.bench_function(BenchmarkId::from_parameter(format!("{cols}x{rows}")), |b| {
                     b.iter(|| {
                         let act = Activations { x: &x, gs: &gs, n_tokens, cols };
+                        // SAFETY: one thread: nothing else touches `out`.
                         unsafe { matmul_rows(isa, &m, &act, 0..rows, Disjoint::new(&mut out), rows) };
                     })
                 });
@@ -90,6 +91,7 @@ fn bench(c: &mut Criterion) {
                     Throughput::Elements((rows * cols * n_tokens) as u64)
                 });
                 group.bench_function(BenchmarkId::from_parameter(format!("{cols}x{rows}")), |b| {
+                    // SAFETY: one thread: nothing else touches `out`.
                     b.iter(|| unsafe { matmul_rows_int8(isa, &m, &act, 0..rows, Disjoint::new(&mut out), rows) })
                 });
             }

@@ -50,9 +50,11 @@ fn main() {
                 group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * gl..(t + 1) * gl]);
             }
             let act = Activations { x: &x, gs: &gs, n_tokens, cols };
+            // SAFETY: one thread: nothing else touches `out`.
             unsafe { matmul_rows(isa, &wf, &act, 0..rows, o, rows) };
         });
         let quant_time = time(41, || q.quantize(isa, &x, cols, n_tokens));
+        // SAFETY: one thread: nothing else touches `out`.
         let int8_time = time(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o, rows) });
         let macs = (rows * cols * n_tokens) as f64;
         println!(

@@ -71,6 +71,7 @@ fn matmuls_on_real_matrices_agree_across_isas_and_with_float64() {
             let act = Activations { x: &x, gs: &gs, n_tokens, cols };
             let run = |isa: Isa| {
                 let mut out = vec![0f32; n_tokens * rows];
+                // SAFETY: one thread: nothing else touches `out`.
                 unsafe { matmul_rows(isa, &m, &act, 0..rows, Disjoint::new(&mut out), rows) };
                 out
             };

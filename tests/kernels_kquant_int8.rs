@@ -211,6 +211,7 @@ fn run(isa: Isa, m: &MatRef, act: &QuantizedRows) -> Vec<u32> {
     // Two uneven row ranges, as two threads would split them.
     let cut = m.rows / 3;
     for rows in [0..cut, cut..m.rows] {
+        // SAFETY: one call at a time, on this thread: no other thread touches `out`.
         unsafe { matmul_rows_int8(isa, m, act, rows, Disjoint::new(&mut out), m.rows) };
     }
     out.iter().map(|v| v.to_bits()).collect()
