@@ -236,7 +236,8 @@ macro_rules! entry_point {
                 // precondition), which is all `$generic` asks for with `Avx512`.
                 unsafe { $generic::<super::lanes::Avx512>($($arg),*) }
             }
-            // SAFETY: the ISA was checked when it was selected.
+            assert!(isa.available(), "the {} kernels cannot run on this CPU", isa.name());
+            // SAFETY: the CPU's features are asserted above; the kernels take slices.
             unsafe {
                 match isa {
                     Isa::Scalar => $generic::<super::Scalar16>($($arg),*),

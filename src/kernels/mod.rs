@@ -206,10 +206,10 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert_eq!(w.data.len(), w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
     assert!(w.ty.kernel() != KernelGroup::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
+    assert!(isa.available(), "the {} kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
-    // SAFETY: the shapes and buffer lengths are checked above, and `isa` was checked against
-    // the CPU when it was selected (`Isa::select`, `Isa::available`); the caller gives this
-    // call those outputs alone.
+    // SAFETY: the shapes, the buffer lengths and the CPU's features are checked above; the
+    // outputs are this call's alone (this function's precondition).
     unsafe {
         match isa {
             Isa::Scalar => by_type::<Scalar16>(w, act, rows, out, token_stride),
@@ -249,8 +249,9 @@ pub fn weighted_row_sums(isa: Isa, weights: &[f32], stride: usize, pieces: &[Mat
     }
     let n_out = out.len() / cols;
     assert!(n_out == 0 || ((n <= stride || n_out == 1) && weights.len() >= (n_out - 1) * stride + n));
+    assert!(isa.available(), "the {} kernels cannot run on this CPU", isa.name());
     crate::count::mults(n_out * n * cols);
-    // SAFETY: bounds asserted above; the ISA was checked when it was selected.
+    // SAFETY: bounds and the CPU's features asserted above.
     unsafe {
         match isa {
             Isa::Scalar => axpy_by_type::<Scalar16>(weights, stride, pieces, out),

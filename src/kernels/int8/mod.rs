@@ -118,8 +118,8 @@ pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: 
     assert!(act.tail_d.len() >= act.n_tokens * CHUNK_GROUPS && act.tail_sum.len() >= act.n_tokens * CHUNK_GROUPS);
     assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
-    // SAFETY: the shapes and buffer lengths are checked above, so are the CPU's features for
-    // `isa`; the caller gives this call those outputs alone.
+    // SAFETY: the shapes, the buffer lengths and the CPU's features are checked above; the
+    // outputs are this call's alone (this function's precondition).
     unsafe {
         match isa {
             Isa::Scalar => by_type::<ScalarI32>(w, act, rows, out, token_stride),
