@@ -99,7 +99,7 @@ def run_reprolm(model_path: str, threads: int, precision: str) -> dict[str, floa
     ttft = time.perf_counter() - t0
     return {"load": load, "first_token": first_token, "prefill": prefill, "decode": decode, "ttft": ttft,
             # An older build (--baseline) may not tell.
-            "bytes_per_token": getattr(model._engine, "weight_bytes_per_token", float("nan"))}
+            "bytes_per_token": getattr(model._loaded, "weight_bytes_per_token", float("nan"))}
 
 
 def run_llamacpp(model_path: str, threads: int, precision: str) -> dict[str, float]:

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use reprolm::engine::{Engine, LoadOptions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions};
 use reprolm::model::{KvCache, KvCacheOptions, KvDtype, LogitRows, Scratch, SeqInput};
 use reprolm::threads::ThreadPool;
 
@@ -37,8 +37,8 @@ fn main() {
     let dtype = KvDtype::parse(args.get(5).map_or("f32", |s| s.as_str())).expect("KV_DTYPE: f32 or f16");
     let cache_options = KvCacheOptions { dtype, ..KvCacheOptions::new(512) };
     let options = LoadOptions { threads: Some(1), precision: Some(precision.clone()), ..LoadOptions::default() };
-    let engine = Engine::load(model_path(), &options).expect("model loads");
-    let model = &engine.llama;
+    let loaded = LoadedModel::load(model_path(), &options).expect("model loads");
+    let model = &loaded.transformer;
     let pool = ThreadPool::new(threads).unwrap();
     let mut scratch = Scratch::default();
     let prompt: Vec<u32> = (0..cached as u32).map(|i| 100 + i * 37).collect();

@@ -23,7 +23,7 @@ use minijinja::{Environment, ErrorKind};
 
 pub use minijinja::Value;
 
-use crate::engine::Engine;
+use crate::loaded_model::LoadedModel;
 use crate::error::{Error, Result};
 
 /// The metadata key of the chat template.
@@ -78,21 +78,21 @@ impl ChatTemplate {
     /// # Errors
     /// [`Error::ChatTemplate`] if `source` is `None` and the file has no `tokenizer.chat_template`
     /// (or it is not a string).
-    pub fn for_engine(engine: &Engine, source: Option<&str>) -> Result<ChatTemplate> {
+    pub fn for_loaded(loaded: &LoadedModel, source: Option<&str>) -> Result<ChatTemplate> {
         let source = match source {
             Some(s) => s.to_owned(),
-            None => engine.file.get(TEMPLATE_KEY).and_then(|v| v.as_str()).map(str::to_owned).ok_or_else(|| {
+            None => loaded.file.get(TEMPLATE_KEY).and_then(|v| v.as_str()).map(str::to_owned).ok_or_else(|| {
                 Error::ChatTemplate(format!(
                     "the model file has no '{TEMPLATE_KEY}' in its metadata; pass a template explicitly"
                 ))
             })?,
         };
         let token_text = |id: Option<u32>| -> String {
-            id.and_then(|id| engine.tokenizer.token_bytes(id).ok())
+            id.and_then(|id| loaded.tokenizer.token_bytes(id).ok())
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_default()
         };
-        let config = engine.config();
+        let config = loaded.config();
         Ok(ChatTemplate::new(source).with_special_tokens(token_text(config.bos_id), token_text(config.eos_id)))
     }
 

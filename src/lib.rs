@@ -1,7 +1,7 @@
 //! reprolm: bitwise-reproducible CPU inference for Llama-family GGUF models.
 //!
 //! Data flow: [`gguf::GgufFile`] (bounded parse over a memory map) -> [`model::ModelConfig`]
-//! and [`model::LlamaWeights`] (typed views of the file) -> [`model::Llama::forward`] over a
+//! and [`model::TransformerWeights`] (typed views of the file) -> [`model::Transformer::forward`] over a
 //! [`model::KvCache`] -> logits. The kernels in [`kernels`] compute every output with one
 //! fixed op sequence, so results do not depend on thread count, batch size or ISA.
 
@@ -14,7 +14,7 @@ pub mod batch;
 pub mod count;
 pub mod chat;
 pub mod decode;
-pub mod engine;
+pub mod loaded_model;
 pub mod error;
 pub mod gguf;
 pub mod grammar;

@@ -8,7 +8,7 @@
 //! | 0 | 8 | magic `RPLMSESS` |
 //! | 8 | 4 | format version (1) |
 //! | 12 | 4 | header size in bytes (96) |
-//! | 16 | 8 | model fingerprint: a hash of the GGUF file's bytes ([`Engine::fingerprint`]) |
+//! | 16 | 8 | model fingerprint: a hash of the GGUF file's bytes ([`LoadedModel::fingerprint`]) |
 //! | 24 | 16 | n_layers, n_kv_heads, head_dim, vocab_size (u32 each) |
 //! | 40 | 8 | kv dtype (u8: 0 f32, 1 f16), overflow policy (u8: 0 error, 1 sliding window), precision (u8: 0 float32, 1 int8; the cache's values depend on it), 5 zero bytes |
 //! | 48 | 48 | n_keep, capacity, len, oldest, n_tokens, saved_slots (u64 each) |
@@ -30,7 +30,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::atomic_file::{write_atomically, write_err};
-use crate::engine::{Engine, Session};
+use crate::loaded_model::{LoadedModel, Session};
 use crate::error::{Error, Result};
 use crate::kernels::Precision;
 use crate::model::{KvCache, KvCacheOptions, KvDtype, Overflow};
@@ -53,7 +53,7 @@ impl Session {
 
     /// The bytes [`Session::save`] writes.
     pub fn state_bytes(&self) -> Vec<u8> {
-        let cfg = self.engine.config();
+        let cfg = self.loaded.config();
         let cache = &self.cache;
         let (len, oldest) = cache.cursor();
         let slots = cache.saved_slots();
@@ -62,7 +62,7 @@ impl Session {
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
-        out.extend_from_slice(&self.engine.fingerprint().to_le_bytes());
+        out.extend_from_slice(&self.loaded.fingerprint().to_le_bytes());
         for v in [cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size] {
             out.extend_from_slice(&(v as u32).to_le_bytes());
         }
@@ -74,7 +74,7 @@ impl Session {
             Overflow::Error => 0u8,
             Overflow::SlidingWindow { .. } => 1,
         };
-        let precision = match self.engine.llama.precision() {
+        let precision = match self.loaded.transformer.precision() {
             Precision::Float32 => 0u8,
             Precision::Int8 => 1,
         };
@@ -99,17 +99,17 @@ impl Session {
     }
 
     /// Restores a session saved by [`Session::save`] for `engine`'s model.
-    pub fn load(engine: Arc<Engine>, path: impl AsRef<Path>) -> Result<Session> {
+    pub fn load(loaded: Arc<LoadedModel>, path: impl AsRef<Path>) -> Result<Session> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => Error::FileNotFound(path.to_path_buf()),
             _ => Error::Io { path: path.to_path_buf(), source },
         })?;
-        Session::from_state_bytes(engine, &bytes)
+        Session::from_state_bytes(loaded, &bytes)
     }
 
     /// Restores a session from the bytes of a state file.
-    pub fn from_state_bytes(engine: Arc<Engine>, bytes: &[u8]) -> Result<Session> {
+    pub fn from_state_bytes(loaded: Arc<LoadedModel>, bytes: &[u8]) -> Result<Session> {
         let bad = |m: &str| Error::StateFormat(m.to_string());
         if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
             return Err(bad("not a reprolm session file (wrong magic bytes)"));
@@ -133,14 +133,14 @@ impl Session {
             return Err(bad("unexpected header size"));
         }
         let fingerprint = u64::from_le_bytes(r.take(8)?.try_into().unwrap());
-        if fingerprint != engine.fingerprint() {
+        if fingerprint != loaded.fingerprint() {
             return Err(Error::StateModelMismatch(format!(
                 "saved with a model file of fingerprint {fingerprint:016x}, but {} has {:016x}",
-                engine.file.path().display(),
-                engine.fingerprint()
+                loaded.file.path().display(),
+                loaded.fingerprint()
             )));
         }
-        let cfg = engine.config();
+        let cfg = loaded.config();
         let dims = [r.u32()?, r.u32()?, r.u32()?, r.u32()?];
         let expected = [cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size];
         if dims.iter().zip(expected).any(|(&a, b)| a as usize != b) {
@@ -165,11 +165,11 @@ impl Session {
             1 => Precision::Int8,
             c => return Err(bad(&format!("unknown precision code {c}"))),
         };
-        if precision != engine.llama.precision() {
+        if precision != loaded.transformer.precision() {
             return Err(Error::StateModelMismatch(format!(
                 "saved with precision {}, but the model runs {}",
                 precision.name(),
-                engine.llama.precision().name()
+                loaded.transformer.precision().name()
             )));
         }
         if codes[3..].iter().any(|&b| b != 0) {
@@ -191,9 +191,9 @@ impl Session {
         // saved slots must be one a new session could have (the model's context length, or a
         // cache that fits in half the available memory), or a 100-byte file could ask for
         // terabytes.
-        let per_position = engine.kv_bytes_per_position(dtype);
+        let per_position = loaded.kv_bytes_per_position(dtype);
         let fits = || {
-            crate::engine::available_memory()
+            crate::loaded_model::available_memory()
                 .is_some_and(|m| capacity.checked_mul(per_position).is_some_and(|b| b <= m / 2))
         };
         if capacity > slots.max(cfg.context_length) && !fits() {
@@ -203,7 +203,7 @@ impl Session {
             )));
         }
         let tokens: Vec<u32> = r.take(4 * n_tokens)?.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
-        engine.check_ids(&tokens).map_err(|e| bad(&format!("saved tokens: {e}")))?;
+        loaded.check_ids(&tokens).map_err(|e| bad(&format!("saved tokens: {e}")))?;
         let options = KvCacheOptions { capacity, dtype, overflow };
         let mut cache = KvCache::with_options(cfg, &options).map_err(|e| bad(&format!("cache settings: {e}")))?;
         for l in 0..cfg.n_layers {
@@ -214,7 +214,7 @@ impl Session {
             }
         }
         cache.set_cursor(len, oldest)?;
-        Ok(Session::from_parts(engine, cache, tokens))
+        Ok(Session::from_parts(loaded, cache, tokens))
     }
 }
 

@@ -8,7 +8,7 @@ use crate::common;
 use common::*;
 use reprolm::gguf::GgufFile;
 use reprolm::kernels::{Isa, Precision};
-use reprolm::model::{KvCache, KvCacheOptions, KvDtype, Llama, LlamaWeights, LogitRows, ModelConfig, Overflow, Scratch};
+use reprolm::model::{KvCache, KvCacheOptions, KvDtype, Transformer, TransformerWeights, LogitRows, ModelConfig, Overflow, Scratch};
 use reprolm::threads::ThreadPool;
 
 const ARCHS: [&str; 6] = ["llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma3"];
@@ -18,11 +18,11 @@ fn arch_path(name: &str) -> std::path::PathBuf {
     data_path(&format!("arch/{name}"))
 }
 
-fn load(name: &str, isa: Isa, precision: Precision) -> Llama {
+fn load(name: &str, isa: Isa, precision: Precision) -> Transformer {
     let file = GgufFile::open(arch_path(&format!("{name}.gguf"))).unwrap();
     let config = ModelConfig::from_gguf(&file).unwrap();
-    let weights = LlamaWeights::from_gguf_with(&file, &config, precision).unwrap();
-    Llama { config, weights, isa }
+    let weights = TransformerWeights::from_gguf_with(&file, &config, precision).unwrap();
+    Transformer { config, weights, isa }
 }
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -43,7 +43,7 @@ fn reference(name: &str) -> Vec<f32> {
 }
 
 /// Logits of all positions of `ids`, fed in `chunk`-token calls on a pool of `threads`.
-fn logits(model: &Llama, ids: &[u32], threads: usize, chunk: usize) -> Vec<f32> {
+fn logits(model: &Transformer, ids: &[u32], threads: usize, chunk: usize) -> Vec<f32> {
     let chunks: Vec<&[u32]> = ids.chunks(chunk).collect();
     forward_logits(model, threads, &chunks, LogitRows::All)
 }
@@ -80,7 +80,7 @@ fn every_architecture_is_bitwise_identical_across_threads_chunking_isa_and_preci
     for arch in ARCHS {
         for (ty, precision) in [("f16", Precision::Float32), ("q8_0", Precision::Float32), ("q8_0", Precision::Int8)] {
             let name = format!("{arch}-{ty}");
-            let bits = |model: &Llama, threads, chunk| -> Vec<u32> {
+            let bits = |model: &Transformer, threads, chunk| -> Vec<u32> {
                 logits(model, &ids, threads, chunk).iter().map(|v| v.to_bits()).collect()
             };
             let best = load(&name, Isa::best(), precision);

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use reprolm::batch::{BatchEngine, BatchOptions, Event, Poll};
 use reprolm::decode::stream::Generator;
-use reprolm::decode::{Finish, Request, StopConditions};
-use reprolm::engine::{Engine, LoadOptions, Session};
+use reprolm::decode::{Finish, GenerationSpec, StopConditions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session};
 use reprolm::kernels::{Isa, Precision};
 use reprolm::model::{KvCache, LogitRows, Scratch, SeqInput};
 use reprolm::sampling::SamplerConfig;
@@ -94,9 +94,9 @@ fn forward_batch_checks_every_sequence_before_any_work() {
     assert_eq!((a.len(), b.len()), (0, 0), "nothing was appended");
 }
 
-fn engine(threads: usize) -> Arc<Engine> {
+fn loaded(threads: usize) -> Arc<LoadedModel> {
     let options = LoadOptions { threads: Some(threads), ..LoadOptions::default() };
-    Arc::new(Engine::load(common::model_path(), &options).expect("model loads"))
+    Arc::new(LoadedModel::load(common::model_path(), &options).expect("model loads"))
 }
 
 /// A request's events: (ids, logprobs, text, finish).
@@ -121,10 +121,10 @@ fn drain(handle: &reprolm::batch::RequestHandle) -> Result<(Vec<u32>, Vec<f64>, 
 
 #[test]
 fn the_batch_engine_gives_each_request_its_single_sequence_result() {
-    let engine = engine(2);
-    let vocab = engine.config().vocab_size;
+    let loaded = loaded(2);
+    let vocab = loaded.config().vocab_size;
     let mut rng = common::Rng(42);
-    let requests: Vec<Request> = (0..10)
+    let requests: Vec<GenerationSpec> = (0..10)
         .map(|i| {
             let sampler = match i % 3 {
                 0 => SamplerConfig::greedy(),
@@ -137,13 +137,13 @@ fn the_batch_engine_gives_each_request_its_single_sequence_result() {
                 ..StopConditions::default()
             };
             let n = [1, 7, 40, 130][i % 4] + i;
-            Request::new(prompt(&mut rng, n, vocab), sampler, stop, vocab).unwrap()
+            GenerationSpec::new(prompt(&mut rng, n, vocab), sampler, stop, vocab).unwrap()
         })
         .collect();
     let alone: Vec<_> = requests
         .iter()
         .map(|r| {
-            let session = Session::new(Arc::clone(&engine), r.positions_needed().max(1)).unwrap();
+            let session = Session::new(Arc::clone(&loaded), r.positions_needed().max(1)).unwrap();
             let mut generator = Generator::new(session, r.clone()).unwrap();
             let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
             while let Some(step) = generator.next_step().unwrap() {
@@ -155,9 +155,9 @@ fn the_batch_engine_gives_each_request_its_single_sequence_result() {
         })
         .collect();
     // Small passes, so that prompts are chunked and mixed with other sequences' decode rows.
-    let options = BatchOptions { max_concurrent: 4, max_batch_tokens: 24, ..BatchOptions::defaults_for(&engine) };
+    let options = BatchOptions { max_concurrent: 4, max_batch_tokens: 24, ..BatchOptions::defaults_for(&loaded) };
     for threads in [1, 3] {
-        let batch = BatchEngine::new(Arc::clone(&self::engine(threads)), options).unwrap();
+        let batch = BatchEngine::new(Arc::clone(&self::loaded(threads)), options).unwrap();
         let handles: Vec<_> = requests.iter().map(|r| batch.submit(r.clone()).unwrap()).collect();
         for (i, (h, expected)) in handles.iter().zip(&alone).enumerate() {
             let got = drain(h).unwrap();
@@ -170,13 +170,13 @@ fn the_batch_engine_gives_each_request_its_single_sequence_result() {
 
 #[test]
 fn cancelled_and_oversized_requests_fail_alone() {
-    let engine = engine(2);
-    let vocab = engine.config().vocab_size;
-    let options = BatchOptions { max_concurrent: 2, kv_memory: 300 * engine.kv_bytes_per_position(reprolm::model::KvDtype::F32), ..BatchOptions::defaults_for(&engine) };
-    let batch = BatchEngine::new(Arc::clone(&engine), options).unwrap();
+    let loaded = loaded(2);
+    let vocab = loaded.config().vocab_size;
+    let options = BatchOptions { max_concurrent: 2, kv_memory: 300 * loaded.kv_bytes_per_position(reprolm::model::KvDtype::F32), ..BatchOptions::defaults_for(&loaded) };
+    let batch = BatchEngine::new(Arc::clone(&loaded), options).unwrap();
     let request = |n: usize, max_tokens: usize| {
         let stop = StopConditions { max_tokens, ..StopConditions::default() };
-        Request::new(vec![1; n], SamplerConfig::greedy(), stop, vocab).unwrap()
+        GenerationSpec::new(vec![1; n], SamplerConfig::greedy(), stop, vocab).unwrap()
     };
     // More than the whole cache memory: refused at once.
     assert!(matches!(batch.submit(request(200, 200)), Err(Error::ContextOverflow { requested: 400, allowed: 300 })));
@@ -186,7 +186,7 @@ fn cancelled_and_oversized_requests_fail_alone() {
     cancelled.cancel();
     assert!(matches!(drain(&cancelled), Err(Error::Cancelled)));
     let expected = {
-        let mut session = Session::new(Arc::clone(&engine), 120).unwrap();
+        let mut session = Session::new(Arc::clone(&loaded), 120).unwrap();
         session.generate(request(20, 100)).unwrap().ids
     };
     assert_eq!(drain(&waiting).unwrap().0, expected);

@@ -7,7 +7,7 @@ use crate::toy;
 use std::collections::HashMap;
 
 use toy::{HashModel, TableModel, TestRng};
-use reprolm::decode::{beam_search, generate, Finish, Generation, LanguageModel, Request, StopConditions};
+use reprolm::decode::{beam_search, generate, Finish, Generation, LanguageModel, GenerationSpec, StopConditions};
 use reprolm::error::Error;
 use reprolm::sampling::{log_softmax, Sampler, SamplerConfig};
 
@@ -41,7 +41,7 @@ fn run_generate<M: LanguageModel + ?Sized>(
     stop_token_ids: &[u32],
 ) -> Result<Generation, Error> {
     let stop = StopConditions { max_tokens, stop_token_ids: stop_token_ids.to_vec(), ..StopConditions::default() };
-    generate(model, Request::with_sampler(prompt.to_vec(), sampler.clone(), stop)?)
+    generate(model, GenerationSpec::with_sampler(prompt.to_vec(), sampler.clone(), stop)?)
 }
 
 /// Greedy decoding of `max_tokens` tokens.

@@ -5,10 +5,10 @@ use crate::common;
 
 use common::*;
 use reprolm::kernels::{Isa, Precision};
-use reprolm::model::{KvCache, Llama, LogitRows, Scratch};
+use reprolm::model::{KvCache, Transformer, LogitRows, Scratch};
 use reprolm::threads::ThreadPool;
 
-fn load(isa: Isa) -> Llama {
+fn load(isa: Isa) -> Transformer {
     load_llama(isa, Precision::Int8)
 }
 
@@ -17,7 +17,7 @@ fn best() -> Isa {
 }
 
 /// Logits for every position of prompt 2, as raw bits.
-fn bits(model: &Llama, threads: usize, chunk: usize) -> Vec<u32> {
+fn bits(model: &Transformer, threads: usize, chunk: usize) -> Vec<u32> {
     let ids = &generations()[2].prompt_ids;
     let chunks: Vec<&[u32]> = ids.chunks(chunk).collect();
     forward_logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()

@@ -4,10 +4,10 @@ use crate::common;
 
 use common::*;
 use reprolm::kernels::{Isa, Precision};
-use reprolm::model::{KvCache, Llama, LogitRows, Scratch};
+use reprolm::model::{KvCache, Transformer, LogitRows, Scratch};
 use reprolm::threads::ThreadPool;
 
-fn load(isa: Isa) -> Llama {
+fn load(isa: Isa) -> Transformer {
     load_llama(isa, Precision::Float32)
 }
 
@@ -36,7 +36,7 @@ fn all_positions_match_reference() {
 }
 
 /// Logits for every position of prompt 2 computed `how`, as raw bits.
-fn bits(model: &Llama, threads: usize, chunk: usize) -> Vec<u32> {
+fn bits(model: &Transformer, threads: usize, chunk: usize) -> Vec<u32> {
     let ids = &generations()[2].prompt_ids;
     let chunks: Vec<&[u32]> = ids.chunks(chunk).collect();
     forward_logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()

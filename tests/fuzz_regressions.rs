@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use reprolm::engine::{Engine, LoadOptions, Session};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session};
 use reprolm::error::Error;
 use reprolm::model::KvDtype;
 use reprolm::sampling::{Sampler, SamplerConfig};
@@ -50,8 +50,8 @@ fn penalties_that_overflow_a_logit_are_a_typed_error() {
 /// is a typed error before any allocation.
 #[test]
 fn session_file_cannot_ask_for_a_huge_cache() {
-    let engine = Arc::new(Engine::load(common::model_path(), &LoadOptions { threads: Some(1), ..Default::default() }).unwrap());
-    let cfg = engine.config().clone();
+    let loaded = Arc::new(LoadedModel::load(common::model_path(), &LoadOptions { threads: Some(1), ..Default::default() }).unwrap());
+    let cfg = loaded.config().clone();
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
     let available_kb: usize = meminfo
         .lines()
@@ -59,13 +59,13 @@ fn session_file_cannot_ask_for_a_huge_cache() {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap();
-    let per_position = engine.kv_bytes_per_position(KvDtype::F32);
+    let per_position = loaded.kv_bytes_per_position(KvDtype::F32);
     let capacity = (available_kb * 1024 / per_position).max(cfg.context_length) + 1;
 
     let mut bytes = b"RPLMSESS".to_vec();
     bytes.extend_from_slice(&1u32.to_le_bytes());
     bytes.extend_from_slice(&96u32.to_le_bytes());
-    bytes.extend_from_slice(&engine.fingerprint().to_le_bytes());
+    bytes.extend_from_slice(&loaded.fingerprint().to_le_bytes());
     for v in [cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size] {
         bytes.extend_from_slice(&(v as u32).to_le_bytes());
     }
@@ -75,7 +75,7 @@ fn session_file_cannot_ask_for_a_huge_cache() {
     }
     let checksum = reprolm::state::xxh64(&bytes, 0);
     bytes.extend_from_slice(&checksum.to_le_bytes());
-    match Session::from_state_bytes(Arc::clone(&engine), &bytes) {
+    match Session::from_state_bytes(Arc::clone(&loaded), &bytes) {
         Err(Error::StateFormat(m)) => assert!(m.contains("exceeds the model's context length"), "{m}"),
         Err(other) => panic!("{other:?}"),
         Ok(s) => panic!("loaded a cache of {} positions from {} bytes", s.capacity(), bytes.len()),
@@ -87,7 +87,7 @@ fn session_file_cannot_ask_for_a_huge_cache() {
     let n = bytes.len() - 8;
     let checksum = reprolm::state::xxh64(&bytes[..n], 0);
     bytes[n..].copy_from_slice(&checksum.to_le_bytes());
-    let session = Session::from_state_bytes(engine, &bytes).unwrap();
+    let session = Session::from_state_bytes(loaded, &bytes).unwrap();
     assert_eq!(session.capacity(), small as usize);
 }
 
@@ -97,13 +97,13 @@ fn session_file_cannot_ask_for_a_huge_cache() {
 /// Every token of S must now be accepted, and the text stops with a typed error at that byte.
 #[test]
 fn forced_text_with_a_byte_the_vocabulary_lacks_allows_only_tokens_it_accepts() {
-    let engine = Engine::load(common::model_path(), &LoadOptions { threads: Some(1), ..Default::default() }).unwrap();
-    let tok = &engine.tokenizer;
+    let loaded = LoadedModel::load(common::model_path(), &LoadOptions { threads: Some(1), ..Default::default() }).unwrap();
+    let tok = &loaded.tokenizer;
     let lacks = |b: u8| (0..tok.vocab_size() as u32).all(|id| tok.token_bytes(id).unwrap() != [b]);
     assert!(lacks(0x14), "the case needs a byte without a token");
     for text in ["T\u{c}\u{10}\u{14}\u{18}\u{1c} $(", "ab\u{14}cd", "\u{14}x"] {
         let spec = reprolm::grammar::GrammarSpec::Choice(vec![text.to_string()]);
-        let grammar = match engine.compile_grammar(&spec) {
+        let grammar = match loaded.compile_grammar(&spec) {
             Ok(grammar) => grammar,
             Err(e) => {
                 assert!(text.starts_with('\u{14}'), "{text:?}: only a text that starts with the byte cannot start: {e}");

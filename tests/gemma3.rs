@@ -10,19 +10,19 @@ use crate::common;
 use common::*;
 use reprolm::gguf::GgufFile;
 use reprolm::kernels::{Isa, Precision};
-use reprolm::model::{KvCache, Llama, LlamaWeights, LogitRows, ModelConfig, Scratch};
+use reprolm::model::{KvCache, Transformer, TransformerWeights, LogitRows, ModelConfig, Scratch};
 use reprolm::threads::ThreadPool;
 use serde_json::Value;
 
-fn load(isa: Isa) -> Llama {
+fn load(isa: Isa) -> Transformer {
     let file = GgufFile::open(cached_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m")).unwrap();
     let config = ModelConfig::from_gguf(&file).unwrap();
-    let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Float32).unwrap();
-    Llama { config, weights, isa }
+    let weights = TransformerWeights::from_gguf_with(&file, &config, Precision::Float32).unwrap();
+    Transformer { config, weights, isa }
 }
 
-fn model() -> &'static Llama {
-    static MODEL: OnceLock<Llama> = OnceLock::new();
+fn model() -> &'static Transformer {
+    static MODEL: OnceLock<Transformer> = OnceLock::new();
     MODEL.get_or_init(|| load(Isa::best()))
 }
 
@@ -107,7 +107,7 @@ fn gemma3_greedy_continuations_match_transformers() {
 #[test]
 fn gemma3_is_bitwise_identical_across_threads_chunking_and_isa() {
     let prompt = ids(&reference()["prompts"][1]["ids"]);
-    let bits = |model: &Llama, threads, chunk: usize| -> Vec<u32> {
+    let bits = |model: &Transformer, threads, chunk: usize| -> Vec<u32> {
         let chunks: Vec<&[u32]> = prompt.chunks(chunk).collect();
         forward_logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
     };
@@ -121,26 +121,26 @@ fn gemma3_is_bitwise_identical_across_threads_chunking_and_isa() {
 
 /// The model with its weights packed for int8 (Q4_K, Q6_K, Q8_0 and Q5_0 matrices on the
 /// int8 kernels).
-fn load_int8(isa: Isa) -> Llama {
+fn load_int8(isa: Isa) -> Transformer {
     let file = GgufFile::open(cached_model("gemma-3-270m-q4_k_m.gguf", "gemma3-270m")).unwrap();
     let config = ModelConfig::from_gguf(&file).unwrap();
-    let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
-    Llama { config, weights, isa }
+    let weights = TransformerWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
+    Transformer { config, weights, isa }
 }
 
 fn best_int8() -> Isa {
     [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.int8_available()).unwrap_or(Isa::Scalar)
 }
 
-fn model_int8() -> &'static Llama {
-    static MODEL: OnceLock<Llama> = OnceLock::new();
+fn model_int8() -> &'static Transformer {
+    static MODEL: OnceLock<Transformer> = OnceLock::new();
     MODEL.get_or_init(|| load_int8(best_int8()))
 }
 
 #[test]
 fn gemma3_int8_is_bitwise_identical_across_threads_chunking_and_isa() {
     let prompt = ids(&reference()["prompts"][1]["ids"]);
-    let bits = |model: &Llama, threads, chunk: usize| -> Vec<u32> {
+    let bits = |model: &Transformer, threads, chunk: usize| -> Vec<u32> {
         let chunks: Vec<&[u32]> = prompt.chunks(chunk).collect();
         forward_logits(model, threads, &chunks, LogitRows::All).iter().map(|v| v.to_bits()).collect()
     };

@@ -8,14 +8,14 @@ use crate::common;
 use crate::toy::TestRng;
 use reprolm::batch::{BatchEngine, BatchOptions, Event, Poll};
 use reprolm::decode::stream::Generator;
-use reprolm::decode::{Request, StopConditions};
-use reprolm::engine::{Engine, LoadOptions, Session};
+use reprolm::decode::{GenerationSpec, StopConditions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session};
 use reprolm::error::Error;
 use reprolm::grammar::{Grammar, GrammarSpec, GrammarVocabulary};
 use reprolm::sampling::{Sampler, SamplerConfig};
 
-fn engine() -> Arc<Engine> {
-    Arc::new(Engine::load(common::model_path(), &LoadOptions::default()).expect("model loads"))
+fn loaded() -> Arc<LoadedModel> {
+    Arc::new(LoadedModel::load(common::model_path(), &LoadOptions::default()).expect("model loads"))
 }
 
 #[test]
@@ -44,47 +44,47 @@ fn a_bit_mask_restricts_exactly_like_allowed_token_ids() {
 
 #[test]
 fn the_trie_holds_each_tokens_exact_bytes_and_no_special_token_as_text() {
-    let engine = engine();
-    let tokenizer = &engine.tokenizer;
+    let loaded = loaded();
+    let tokenizer = &loaded.tokenizer;
     // Each single token's bytes, as a one-string choice: the first step's S holds the token
     // itself (the grammar sees the same bytes as the tokenizer).
     for id in [17u32, 260, 1000, 12345, 49151] {
         let text = String::from_utf8(tokenizer.token_bytes(id).unwrap().to_vec()).unwrap();
-        let grammar = engine.compile_grammar(&GrammarSpec::Choice(vec![text.clone()])).unwrap();
+        let grammar = loaded.compile_grammar(&GrammarSpec::Choice(vec![text.clone()])).unwrap();
         let allowed = grammar.start().allowed_ids().unwrap();
         assert!(allowed.contains(&id), "token {id} ({text:?}) not allowed: {allowed:?}");
     }
     // A special token's text is not that token under a grammar.
-    let im_end = engine.config().eos_id.unwrap();
+    let im_end = loaded.config().eos_id.unwrap();
     let text = String::from_utf8(tokenizer.token_bytes(im_end).unwrap().to_vec()).unwrap();
-    let mut state = engine.compile_grammar(&GrammarSpec::Choice(vec![text])).unwrap().start();
+    let mut state = loaded.compile_grammar(&GrammarSpec::Choice(vec![text])).unwrap().start();
     assert!(!state.allowed_ids().unwrap().contains(&im_end));
 }
 
-fn request(engine: &Engine, prompt: &str, spec: &GrammarSpec, config: SamplerConfig, max_tokens: usize) -> Request {
-    let vocab = engine.config().vocab_size;
-    let prompt = engine.tokenizer.encode(prompt, false).unwrap();
+fn request(loaded: &LoadedModel, prompt: &str, spec: &GrammarSpec, config: SamplerConfig, max_tokens: usize) -> GenerationSpec {
+    let vocab = loaded.config().vocab_size;
+    let prompt = loaded.tokenizer.encode(prompt, false).unwrap();
     let stop = StopConditions { max_tokens, ..Default::default() };
-    Request::new(prompt, config, stop, vocab).unwrap().with_grammar(engine.compile_grammar(spec).unwrap()).unwrap()
+    GenerationSpec::new(prompt, config, stop, vocab).unwrap().with_grammar(loaded.compile_grammar(spec).unwrap()).unwrap()
 }
 
 #[test]
 fn every_driver_follows_the_grammar_with_the_same_bits() {
-    let engine = engine();
+    let loaded = loaded();
     let spec = GrammarSpec::Regex("[0-9]{3}-[0-9]{4}".into());
     let config = SamplerConfig { temperature: 1.0, seed: 3, ..Default::default() };
-    let make = || request(&engine, "Call me at ", &spec, config.clone(), 20);
+    let make = || request(&loaded, "Call me at ", &spec, config.clone(), 20);
 
     // decode::generate (ids only) on a session.
-    let mut session = Session::new(Arc::clone(&engine), 64).unwrap();
+    let mut session = Session::new(Arc::clone(&loaded), 64).unwrap();
     let generated = session.generate(make()).unwrap();
-    let eos = engine.config().eos_id.unwrap();
+    let eos = loaded.config().eos_id.unwrap();
     assert_eq!(generated.ids.last(), Some(&eos));
-    let text = engine.tokenizer.decode(&generated.ids[..generated.ids.len() - 1]).unwrap();
+    let text = loaded.tokenizer.decode(&generated.ids[..generated.ids.len() - 1]).unwrap();
     assert!(text.len() == 8 && text.as_bytes()[3] == b'-', "{text:?}");
 
     // The streaming generator.
-    let streamed: Vec<_> = Generator::new(Session::new(Arc::clone(&engine), 64).unwrap(), make())
+    let streamed: Vec<_> = Generator::new(Session::new(Arc::clone(&loaded), 64).unwrap(), make())
         .unwrap()
         .map(|s| s.unwrap())
         .collect();
@@ -92,9 +92,9 @@ fn every_driver_follows_the_grammar_with_the_same_bits() {
     assert_eq!(streamed.iter().map(|s| s.text.as_str()).collect::<String>(), text);
 
     // The batch engine, beside an unconstrained request.
-    let batch = BatchEngine::new(Arc::clone(&engine), BatchOptions::defaults_for(&engine)).unwrap();
+    let batch = BatchEngine::new(Arc::clone(&loaded), BatchOptions::defaults_for(&loaded)).unwrap();
     let stop = StopConditions { max_tokens: 12, ..Default::default() };
-    let unconstrained = Request::new(vec![1, 2, 3], SamplerConfig::default(), stop, engine.config().vocab_size).unwrap();
+    let unconstrained = GenerationSpec::new(vec![1, 2, 3], SamplerConfig::default(), stop, loaded.config().vocab_size).unwrap();
     let other = batch.submit(unconstrained).unwrap();
     let handle = batch.submit(make()).unwrap();
     let mut selections = Vec::new();
@@ -111,7 +111,7 @@ fn every_driver_follows_the_grammar_with_the_same_bits() {
 
 #[test]
 fn bad_grammars_are_grammar_errors() {
-    let engine = engine();
+    let loaded = loaded();
     for spec in [
         GrammarSpec::JsonSchema("{".into()),
         GrammarSpec::JsonSchema(r#"{"type": "object", "propertyNames": {}}"#.into()),
@@ -121,7 +121,7 @@ fn bad_grammars_are_grammar_errors() {
         // Byte 0x04 has no token in SmolLM2's vocabulary: nothing can start this.
         GrammarSpec::Regex(r"\x04".into()),
     ] {
-        assert!(matches!(engine.compile_grammar(&spec), Err(Error::Grammar(_))), "{spec:?}");
+        assert!(matches!(loaded.compile_grammar(&spec), Err(Error::Grammar(_))), "{spec:?}");
     }
     assert!(Grammar::check(&GrammarSpec::Regex(r"\x04".into())).is_ok(), "only the model's vocabulary lacks it");
 }
@@ -131,10 +131,10 @@ fn bad_grammars_are_grammar_errors() {
 /// JSON Schema, regex, Lark and choice grammars: S does not depend on the thread count.
 #[test]
 fn the_mask_in_parts_is_the_whole_mask() {
-    let engine = engine();
-    let vocabulary = |parts| GrammarVocabulary::new(Arc::clone(&engine.tokenizer), engine.config().eos_id, parts).unwrap();
+    let loaded = loaded();
+    let vocabulary = |parts| GrammarVocabulary::new(Arc::clone(&loaded.tokenizer), loaded.config().eos_id, parts).unwrap();
     let (whole, two, three) = (vocabulary(1), vocabulary(2), vocabulary(3));
-    let eos = engine.config().eos_id.unwrap();
+    let eos = loaded.config().eos_id.unwrap();
     let specs = [
         GrammarSpec::JsonSchema(
             r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},

@@ -313,13 +313,13 @@ fn kquant_int8_on_gemma3_tensors() {
 #[test]
 fn int8_models_hold_their_matrices_in_at_most_ggml_bytes() {
     use reprolm::kernels::Precision;
-    use reprolm::model::{LlamaWeights, ModelConfig};
+    use reprolm::model::{TransformerWeights, ModelConfig};
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/synthetic");
     let mut types = std::collections::BTreeSet::new();
     for mix in ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "Q5_0", "Q5_1"] {
         let file = GgufFile::open(dir.join(format!("tiny.{mix}.gguf"))).unwrap();
         let config = ModelConfig::from_gguf(&file).unwrap();
-        let weights = LlamaWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
+        let weights = TransformerWeights::from_gguf_with(&file, &config, Precision::Int8).unwrap();
         let layers = weights.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
         for m in layers.chain([&weights.token_embd, &weights.output]) {
             let (held, ggml) = (weights.mat(m).data.len(), m.ty.row_bytes(m.cols) * m.rows);

@@ -10,17 +10,17 @@ use std::sync::Arc;
 
 use reprolm::batch::{BatchEngine, BatchOptions, Event, Poll, RequestHandle, BLOCK_TOKENS};
 use reprolm::decode::stream::Generator;
-use reprolm::decode::{Finish, Request, StopConditions};
-use reprolm::engine::{Engine, LoadOptions, Session, SessionOptions};
+use reprolm::decode::{Finish, GenerationSpec, StopConditions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session, SessionOptions};
 use reprolm::model::{KvDtype, Overflow};
 use reprolm::sampling::SamplerConfig;
 
 /// What a request produced: ids, log-probability bits, text, finish.
 type Outcome = (Vec<u32>, Vec<u64>, String, Finish);
 
-fn tiny(threads: usize) -> Arc<Engine> {
+fn tiny(threads: usize) -> Arc<LoadedModel> {
     let options = LoadOptions { threads: Some(threads), ..LoadOptions::default() };
-    Arc::new(Engine::load(common::data_path("synthetic/tiny.Q4_K_M.gguf"), &options).expect("model loads"))
+    Arc::new(LoadedModel::load(common::data_path("synthetic/tiny.Q4_K_M.gguf"), &options).expect("model loads"))
 }
 
 fn drain(handle: &RequestHandle) -> Outcome {
@@ -43,9 +43,9 @@ fn drain(handle: &RequestHandle) -> Outcome {
 }
 
 /// The request run alone on a fresh session.
-fn alone(engine: &Arc<Engine>, dtype: KvDtype, request: &Request) -> Outcome {
+fn alone(loaded: &Arc<LoadedModel>, dtype: KvDtype, request: &GenerationSpec) -> Outcome {
     let options = SessionOptions { context_length: Some(request.positions_needed()), kv_dtype: dtype, overflow: Overflow::Error };
-    let session = Session::with_options(Arc::clone(engine), &options).unwrap();
+    let session = Session::with_options(Arc::clone(loaded), &options).unwrap();
     let mut generator = Generator::new(session, request.clone()).unwrap();
     let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
     while let Some(step) = generator.next_step().unwrap() {
@@ -59,8 +59,8 @@ fn alone(engine: &Arc<Engine>, dtype: KvDtype, request: &Request) -> Outcome {
 /// `n` requests sharing a 40-token system prefix, each with its own user tokens, half greedy
 /// and half sampled. `max_tokens: None` is a chat without a limit: the rest of the context,
 /// ended by one of `stop_token_ids`.
-fn requests(engine: &Engine, n: usize, max_tokens: Option<usize>, stop_token_ids: &[u32]) -> Vec<Request> {
-    let (vocab, context) = (engine.config().vocab_size, engine.config().context_length);
+fn requests(loaded: &LoadedModel, n: usize, max_tokens: Option<usize>, stop_token_ids: &[u32]) -> Vec<GenerationSpec> {
+    let (vocab, context) = (loaded.config().vocab_size, loaded.config().context_length);
     let mut rng = common::Rng(0x5eed);
     let system: Vec<u32> = (0..40).map(|_| (rng.next() % vocab as u64) as u32).collect();
     (0..n)
@@ -73,14 +73,14 @@ fn requests(engine: &Engine, n: usize, max_tokens: Option<usize>, stop_token_ids
             };
             let max_tokens = max_tokens.unwrap_or(context - prompt.len());
             let stop = StopConditions { max_tokens, stop_token_ids: stop_token_ids.to_vec(), ..StopConditions::default() };
-            Request::new(prompt, sampler, stop, vocab).unwrap()
+            GenerationSpec::new(prompt, sampler, stop, vocab).unwrap()
         })
         .collect()
 }
 
 /// Submits every request at once and drains them, recording the most sequences seen running
 /// and checking that the granted KV bytes and the prefix cache's stay within their bounds.
-fn run_all(batch: &BatchEngine, requests: &[Request]) -> (Vec<Outcome>, usize) {
+fn run_all(batch: &BatchEngine, requests: &[GenerationSpec]) -> (Vec<Outcome>, usize) {
     let handles: Vec<RequestHandle> = requests.iter().map(|r| batch.submit(r.clone()).unwrap()).collect();
     let options = batch.options();
     let mut peak = 0;
@@ -96,26 +96,26 @@ fn run_all(batch: &BatchEngine, requests: &[Request]) -> (Vec<Outcome>, usize) {
 
 #[test]
 fn forty_eight_chats_without_max_tokens_run_at_once_in_eight_contexts() {
-    let engine = tiny(2);
-    let context = engine.config().context_length;
+    let loaded = tiny(2);
+    let context = loaded.config().context_length;
     let dtype = KvDtype::F16;
     let options = BatchOptions {
-        kv_memory: 8 * context * engine.kv_bytes_per_position(dtype),
+        kv_memory: 8 * context * loaded.kv_bytes_per_position(dtype),
         kv_dtype: dtype,
         prefix_cache_bytes: 0,
-        ..BatchOptions::defaults_for(&engine)
+        ..BatchOptions::defaults_for(&loaded)
     };
     assert!(options.max_concurrent >= 48);
-    let batch = BatchEngine::new(Arc::clone(&engine), options).unwrap();
+    let batch = BatchEngine::new(Arc::clone(&loaded), options).unwrap();
     // Stop tokens end the chats after a few dozen tokens (the model's weights are random).
-    let stop: Vec<u32> = (0..engine.config().vocab_size as u32).filter(|id| id % 9 == 4).collect();
-    let requests = requests(&engine, 48, None, &stop);
+    let stop: Vec<u32> = (0..loaded.config().vocab_size as u32).filter(|id| id % 9 == 4).collect();
+    let requests = requests(&loaded, 48, None, &stop);
     assert!(requests.iter().all(|r| r.positions_needed() == context), "each would reserve a whole context");
     let (outcomes, peak) = run_all(&batch, &requests);
     assert!(peak > 8, "at most {peak} sequences ran at once");
     for (i, (request, outcome)) in requests.iter().zip(&outcomes).enumerate() {
         assert!(matches!(outcome.3, Finish::StopToken(_)), "request {i}: {:?}", outcome.3);
-        assert_eq!(outcome, &alone(&engine, dtype, request), "request {i}");
+        assert_eq!(outcome, &alone(&loaded, dtype, request), "request {i}");
     }
     let stats = batch.stats();
     assert_eq!((stats.running, stats.kv_bytes, stats.kv_blocks_used), (0, 0, 0), "{stats:?}");
@@ -129,21 +129,21 @@ fn an_exhausted_budget_preempts_and_recomputes_without_changing_a_byte() {
     let block_bytes = BLOCK_TOKENS * per_position;
     // (threads, prefix cache bound): off, and a bound the load drives past (evicting).
     for (threads, prefix_cache_bytes) in [(2, 0), (3, 24 * block_bytes + block_bytes / 2)] {
-        let engine = tiny(threads);
+        let loaded = tiny(threads);
         let options = BatchOptions {
             max_batch_tokens: 96,
             kv_memory: 1000 * per_position,
             kv_dtype: dtype,
             prefix_cache_bytes,
-            ..BatchOptions::defaults_for(&engine)
+            ..BatchOptions::defaults_for(&loaded)
         };
-        let batch = BatchEngine::new(Arc::clone(&engine), options).unwrap();
+        let batch = BatchEngine::new(Arc::clone(&loaded), options).unwrap();
         // 20 sequences of up to 40 + 19 + 120 positions: 3,580 at most, in a budget of 1,000.
-        let requests = requests(&engine, 20, Some(120), &[]);
+        let requests = requests(&loaded, 20, Some(120), &[]);
         let (outcomes, _) = run_all(&batch, &requests);
         let label = format!("{threads} threads, prefix cache of {prefix_cache_bytes} bytes");
         for (i, (request, outcome)) in requests.iter().zip(&outcomes).enumerate() {
-            assert_eq!(outcome, &alone(&engine, dtype, request), "{label}, request {i}");
+            assert_eq!(outcome, &alone(&loaded, dtype, request), "{label}, request {i}");
         }
         let stats = batch.stats();
         assert!(stats.preemptions > 0, "{label}: {stats:?}");

@@ -46,14 +46,14 @@ use std::sync::{Arc, Mutex};
 
 use common::model_path;
 use reprolm::count;
-use reprolm::engine::{Engine, LoadOptions, Session, SessionOptions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session, SessionOptions};
 use reprolm::model::{KvDtype, ModelConfig, Overflow};
 
 /// The counters are process-wide: tests in this binary take turns.
 static LOCK: Mutex<()> = Mutex::new(());
 
-fn engine(threads: usize) -> Arc<Engine> {
-    Arc::new(Engine::load(model_path(), &LoadOptions { threads: Some(threads), ..Default::default() }).unwrap())
+fn loaded(threads: usize) -> Arc<LoadedModel> {
+    Arc::new(LoadedModel::load(model_path(), &LoadOptions { threads: Some(threads), ..Default::default() }).unwrap())
 }
 
 /// Multiplications per position outside attention: `2 d^2 + 2 d d_kv + 3 d f`.
@@ -81,8 +81,8 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// Greedy generation processing `n` positions one at a time from token `first`.
-fn generate_cached(engine: &Arc<Engine>, options: &SessionOptions, first: u32, n: usize) -> Session {
-    let mut s = Session::with_options(Arc::clone(engine), options).unwrap();
+fn generate_cached(loaded: &Arc<LoadedModel>, options: &SessionOptions, first: u32, n: usize) -> Session {
+    let mut s = Session::with_options(Arc::clone(loaded), options).unwrap();
     let mut next = first;
     for _ in 0..n {
         next = argmax(s.feed(&[next]).unwrap());
@@ -93,13 +93,13 @@ fn generate_cached(engine: &Arc<Engine>, options: &SessionOptions, first: u32, n
 #[test]
 fn cached_generation_costs_the_quadratic_formula() {
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let engine = engine(2);
-    let c = engine.config().clone();
+    let loaded = loaded(2);
+    let c = loaded.config().clone();
     for n in [1usize, 2, 5, 17, 40] {
         for dtype in [KvDtype::F32, KvDtype::F16] {
             count::reset();
             let options = SessionOptions { context_length: Some(n), kv_dtype: dtype, overflow: Overflow::Error };
-            let s = generate_cached(&engine, &options, 1, n);
+            let s = generate_cached(&loaded, &options, 1, n);
             let counts = count::snapshot(c.n_layers);
             let expected = c_cache(&c, n as u64);
             for (l, &got) in counts.per_layer.iter().enumerate() {
@@ -116,11 +116,11 @@ fn counts_do_not_depend_on_chunking_or_threads() {
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let ids: Vec<u32> = (0..29).map(|i| 100 + 37 * i).collect();
     for (threads, chunks) in [(1, &[1, 4, 29][..]), (3, &[4][..])] {
-        let engine = engine(threads);
-        let c = engine.config().clone();
+        let loaded = loaded(threads);
+        let c = loaded.config().clone();
         for &chunk in chunks {
             count::reset();
-            let mut s = Session::new(Arc::clone(&engine), ids.len()).unwrap();
+            let mut s = Session::new(Arc::clone(&loaded), ids.len()).unwrap();
             for part in ids.chunks(chunk) {
                 s.feed(part).unwrap();
             }
@@ -136,19 +136,19 @@ fn counts_do_not_depend_on_chunking_or_threads() {
 #[test]
 fn recomputing_without_a_cache_costs_the_cubic_formula() {
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let engine = engine(2);
-    let c = engine.config().clone();
+    let loaded = loaded(2);
+    let c = loaded.config().clone();
     for n in [3usize, 8] {
         // Greedy decoding without a cache: the whole sequence from scratch each step.
         count::reset();
         let mut ids = vec![1u32];
         for _ in 0..n {
-            let mut s = Session::new(Arc::clone(&engine), ids.len()).unwrap();
+            let mut s = Session::new(Arc::clone(&loaded), ids.len()).unwrap();
             let next = argmax(s.feed(&ids).unwrap());
             ids.push(next);
         }
         let full = count::snapshot(c.n_layers);
-        let cached = generate_cached(&engine, &SessionOptions { context_length: Some(n), ..Default::default() }, 1, n);
+        let cached = generate_cached(&loaded, &SessionOptions { context_length: Some(n), ..Default::default() }, 1, n);
         assert_eq!(cached.tokens(), &ids[..n], "the cache changes nothing in the output");
         let (f, k) = (c_full(&c, n as u64), c_cache(&c, n as u64));
         assert!(full.per_layer.iter().all(|&x| x == f), "n = {n}: {:?} != {f}", full.per_layer);
@@ -159,8 +159,8 @@ fn recomputing_without_a_cache_costs_the_cubic_formula() {
 #[test]
 fn a_sliding_window_bounds_the_attention_cost() {
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let engine = engine(2);
-    let c = engine.config().clone();
+    let loaded = loaded(2);
+    let c = loaded.config().clone();
     let (capacity, n) = (12usize, 30usize);
     count::reset();
     let options = SessionOptions {
@@ -168,7 +168,7 @@ fn a_sliding_window_bounds_the_attention_cost() {
         kv_dtype: KvDtype::F32,
         overflow: Overflow::SlidingWindow { n_keep: 3 },
     };
-    let s = generate_cached(&engine, &options, 1, n);
+    let s = generate_cached(&loaded, &options, 1, n);
     let counts = count::snapshot(c.n_layers);
     // Position t attends to min(t, capacity) keys: 2 d min(t, capacity) multiplications.
     let attention: u64 = (1..=n as u64).map(|t| 2 * c.d_model as u64 * t.min(capacity as u64)).sum();

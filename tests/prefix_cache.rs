@@ -11,17 +11,17 @@ use std::sync::Arc;
 
 use reprolm::batch::{BatchEngine, BatchOptions, Event, Poll, RequestHandle, BLOCK_TOKENS};
 use reprolm::decode::stream::Generator;
-use reprolm::decode::{Finish, Request, StopConditions};
-use reprolm::engine::{Engine, LoadOptions, Session, SessionOptions};
+use reprolm::decode::{Finish, GenerationSpec, StopConditions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session, SessionOptions};
 use reprolm::model::{KvDtype, Overflow};
 use reprolm::sampling::SamplerConfig;
 
 /// What a request produced: ids, log-probability bits, text, finish.
 type Outcome = (Vec<u32>, Vec<u64>, String, Finish);
 
-fn load(threads: usize, precision: &str) -> Arc<Engine> {
+fn load(threads: usize, precision: &str) -> Arc<LoadedModel> {
     let options = LoadOptions { threads: Some(threads), precision: Some(precision.into()), ..LoadOptions::default() };
-    Arc::new(Engine::load(common::model_path(), &options).expect("model loads"))
+    Arc::new(LoadedModel::load(common::model_path(), &options).expect("model loads"))
 }
 
 fn drain(handle: &RequestHandle) -> Outcome {
@@ -44,13 +44,13 @@ fn drain(handle: &RequestHandle) -> Outcome {
 }
 
 /// The request run alone on a fresh session with a cache of `dtype`.
-fn alone(engine: &Arc<Engine>, dtype: KvDtype, request: &Request) -> Outcome {
+fn alone(loaded: &Arc<LoadedModel>, dtype: KvDtype, request: &GenerationSpec) -> Outcome {
     let options = SessionOptions {
         context_length: Some(request.positions_needed().max(1)),
         kv_dtype: dtype,
         overflow: Overflow::Error,
     };
-    let session = Session::with_options(Arc::clone(engine), &options).unwrap();
+    let session = Session::with_options(Arc::clone(loaded), &options).unwrap();
     let mut generator = Generator::new(session, request.clone()).unwrap();
     let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
     while let Some(step) = generator.next_step().unwrap() {
@@ -72,7 +72,7 @@ struct Conversation {
 /// One request of a run: its prompt, what it produced, and how many prompt tokens came from
 /// the prefix cache.
 struct Turn {
-    request: Request,
+    request: GenerationSpec,
     outcome: Outcome,
     cached: usize,
 }
@@ -80,17 +80,17 @@ struct Turn {
 /// Runs the conversations turn by turn, every conversation's turn submitted at once, plus
 /// `singles` submitted with the first turns. A turn's prompt is the previous prompt, the
 /// previous reply (all its ids) and the next user tokens.
-fn converse(batch: &BatchEngine, conversations: &[Conversation], singles: &[Request]) -> Vec<Turn> {
-    let vocab = batch.engine().config().vocab_size;
+fn converse(batch: &BatchEngine, conversations: &[Conversation], singles: &[GenerationSpec]) -> Vec<Turn> {
+    let vocab = batch.loaded().config().vocab_size;
     let mut prompts: Vec<Vec<u32>> = conversations.iter().map(|c| c.first.clone()).collect();
     let mut turns = Vec::new();
     for t in 0..=conversations[0].users.len() {
-        let mut requests: Vec<Request> = conversations
+        let mut requests: Vec<GenerationSpec> = conversations
             .iter()
             .zip(&prompts)
             .map(|(c, p)| {
                 let stop = StopConditions { max_tokens: c.max_tokens, ..StopConditions::default() };
-                Request::new(p.clone(), c.sampler.clone(), stop, vocab).unwrap()
+                GenerationSpec::new(p.clone(), c.sampler.clone(), stop, vocab).unwrap()
             })
             .collect();
         if t == 0 {
@@ -111,7 +111,7 @@ fn converse(batch: &BatchEngine, conversations: &[Conversation], singles: &[Requ
     turns
 }
 
-fn workload(vocab: usize) -> (Vec<Conversation>, Vec<Request>) {
+fn workload(vocab: usize) -> (Vec<Conversation>, Vec<GenerationSpec>) {
     let mut rng = common::Rng(0x9e1f);
     let mut ids = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next() % vocab as u64) as u32).collect() };
     let system = ids(40); // two full blocks and 8 tokens of a third
@@ -132,9 +132,9 @@ fn workload(vocab: usize) -> (Vec<Conversation>, Vec<Request>) {
     let stop = StopConditions { max_tokens: 5, ..StopConditions::default() };
     let singles = vec![
         // Ends on a block boundary: its last block is recomputed for the logits.
-        Request::new(system[..2 * BLOCK_TOKENS].to_vec(), SamplerConfig::greedy(), stop.clone(), vocab).unwrap(),
+        GenerationSpec::new(system[..2 * BLOCK_TOKENS].to_vec(), SamplerConfig::greedy(), stop.clone(), vocab).unwrap(),
         // Shorter than a block.
-        Request::new(system[..9].to_vec(), SamplerConfig { temperature: 1.1, seed: 5, ..SamplerConfig::default() },
+        GenerationSpec::new(system[..9].to_vec(), SamplerConfig { temperature: 1.1, seed: 5, ..SamplerConfig::default() },
                      stop, vocab).unwrap(),
     ];
     (conversations, singles)
@@ -149,12 +149,12 @@ fn requests_give_the_same_bits_with_the_prefix_cache_on_and_off_and_alone() {
         let (on_engine, off_engine) = (load(threads_on, precision), load(threads_off, precision));
         let vocab = on_engine.config().vocab_size;
         let (conversations, singles) = workload(vocab);
-        let options = |engine: &Engine, prefix_cache_bytes: usize| BatchOptions {
+        let options = |loaded: &LoadedModel, prefix_cache_bytes: usize| BatchOptions {
             max_concurrent: 4,
             max_batch_tokens: 24,
             kv_dtype: dtype,
             prefix_cache_bytes,
-            ..BatchOptions::defaults_for(engine)
+            ..BatchOptions::defaults_for(loaded)
         };
         let on_options = options(&on_engine, 64 << 20);
         let on = BatchEngine::new(Arc::clone(&on_engine), on_options).unwrap();
@@ -198,52 +198,52 @@ fn requests_give_the_same_bits_with_the_prefix_cache_on_and_off_and_alone() {
 
 #[test]
 fn an_evicting_prefix_cache_stays_within_its_bound_and_changes_no_bits() {
-    let engine = load(2, "float32");
-    let vocab = engine.config().vocab_size;
-    let block_bytes = BLOCK_TOKENS * engine.kv_bytes_per_position(KvDtype::F32);
+    let loaded = load(2, "float32");
+    let vocab = loaded.config().vocab_size;
+    let block_bytes = BLOCK_TOKENS * loaded.kv_bytes_per_position(KvDtype::F32);
     let bound = 5 * block_bytes + block_bytes / 3; // room for 5 blocks
-    let options = BatchOptions { max_concurrent: 3, max_batch_tokens: 32, prefix_cache_bytes: bound, ..BatchOptions::defaults_for(&engine) };
-    let batch = BatchEngine::new(Arc::clone(&engine), options).unwrap();
+    let options = BatchOptions { max_concurrent: 3, max_batch_tokens: 32, prefix_cache_bytes: bound, ..BatchOptions::defaults_for(&loaded) };
+    let batch = BatchEngine::new(Arc::clone(&loaded), options).unwrap();
     let mut rng = common::Rng(77);
     let shared: Vec<u32> = (0..36).map(|_| (rng.next() % vocab as u64) as u32).collect();
     let stop = |max_tokens| StopConditions { max_tokens, ..StopConditions::default() };
     // Puts the shared prefix's two blocks in the cache.
-    let first = Request::new(shared.clone(), SamplerConfig::greedy(), stop(2), vocab).unwrap();
-    assert_eq!(drain(&batch.submit(first.clone()).unwrap()), alone(&engine, KvDtype::F32, &first));
+    let first = GenerationSpec::new(shared.clone(), SamplerConfig::greedy(), stop(2), vocab).unwrap();
+    assert_eq!(drain(&batch.submit(first.clone()).unwrap()), alone(&loaded, KvDtype::F32, &first));
     // A long request reusing them runs while other prompts push the cache past its bound.
     let mut long_prompt = shared.clone();
     long_prompt.extend([3, 1, 4]);
-    let long = Request::new(long_prompt, SamplerConfig { temperature: 0.7, seed: 3, ..SamplerConfig::default() }, stop(40), vocab).unwrap();
+    let long = GenerationSpec::new(long_prompt, SamplerConfig { temperature: 0.7, seed: 3, ..SamplerConfig::default() }, stop(40), vocab).unwrap();
     let long_handle = batch.submit(long.clone()).unwrap();
     let mut others = Vec::new();
     for i in 0..8 {
         let prompt: Vec<u32> = (0..40 + i).map(|_| (rng.next() % vocab as u64) as u32).collect();
-        let request = Request::new(prompt, SamplerConfig::greedy(), stop(3), vocab).unwrap();
+        let request = GenerationSpec::new(prompt, SamplerConfig::greedy(), stop(3), vocab).unwrap();
         let handle = batch.submit(request.clone()).unwrap();
         others.push((request, handle));
     }
     for (i, (request, handle)) in others.iter().enumerate() {
-        assert_eq!(drain(handle), alone(&engine, KvDtype::F32, request), "request {i}");
+        assert_eq!(drain(handle), alone(&loaded, KvDtype::F32, request), "request {i}");
         let bytes = batch.stats().prefix_cache.bytes;
         assert!(bytes <= bound, "{bytes} bytes held, bound {bound}");
     }
     assert_eq!(long_handle.cached_tokens(), 2 * BLOCK_TOKENS);
-    assert_eq!(drain(&long_handle), alone(&engine, KvDtype::F32, &long));
+    assert_eq!(drain(&long_handle), alone(&loaded, KvDtype::F32, &long));
     let stats = batch.stats().prefix_cache;
     assert!(stats.evictions > 0 && stats.bytes <= bound, "{stats:?}");
     // The shared blocks came back or stayed, and a repeat of the first request is unchanged.
     let again = batch.submit(first.clone()).unwrap();
-    assert_eq!(drain(&again), alone(&engine, KvDtype::F32, &first));
+    assert_eq!(drain(&again), alone(&loaded, KvDtype::F32, &first));
 }
 
 #[test]
 fn a_bound_below_one_block_turns_the_prefix_cache_off() {
-    let engine = load(1, "float32");
-    let vocab = engine.config().vocab_size;
-    let block_bytes = BLOCK_TOKENS * engine.kv_bytes_per_position(KvDtype::F32);
-    let options = BatchOptions { prefix_cache_bytes: block_bytes - 1, ..BatchOptions::defaults_for(&engine) };
-    let batch = BatchEngine::new(Arc::clone(&engine), options).unwrap();
-    let request = Request::new((0..40).collect(), SamplerConfig::greedy(), StopConditions { max_tokens: 2, ..StopConditions::default() }, vocab).unwrap();
+    let loaded = load(1, "float32");
+    let vocab = loaded.config().vocab_size;
+    let block_bytes = BLOCK_TOKENS * loaded.kv_bytes_per_position(KvDtype::F32);
+    let options = BatchOptions { prefix_cache_bytes: block_bytes - 1, ..BatchOptions::defaults_for(&loaded) };
+    let batch = BatchEngine::new(Arc::clone(&loaded), options).unwrap();
+    let request = GenerationSpec::new((0..40).collect(), SamplerConfig::greedy(), StopConditions { max_tokens: 2, ..StopConditions::default() }, vocab).unwrap();
     for _ in 0..2 {
         let handle = batch.submit(request.clone()).unwrap();
         drain(&handle);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::model_path;
 use reprolm::decode;
-use reprolm::engine::{Engine, LoadOptions, Session};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session};
 use reprolm::gguf::{GgufFile, GgufWriter, TensorSpec};
 use reprolm::quantize::uniform::{q4_1_range, quantize_row_q4_1_uniform, Uniform};
 use reprolm::quantize::{convert_file, quantize_file, QuantizeOptions};
@@ -276,13 +276,13 @@ fn smollm2_to_f32_to_q4_1_reproduces_the_original_blocks() {
 }
 
 fn greedy(path: &Path, prompt: &str, n: usize) -> String {
-    let engine = Arc::new(Engine::load(path, &LoadOptions::default()).unwrap());
-    let ids = engine.tokenizer.encode(prompt, false).unwrap();
+    let loaded = Arc::new(LoadedModel::load(path, &LoadOptions::default()).unwrap());
+    let ids = loaded.tokenizer.encode(prompt, false).unwrap();
     let stop = decode::StopConditions { max_tokens: n, ..Default::default() };
-    let request = decode::Request::new(ids.clone(), SamplerConfig::greedy(), stop, engine.config().vocab_size).unwrap();
-    let mut session = Session::new(Arc::clone(&engine), ids.len() + n).unwrap();
+    let request = decode::GenerationSpec::new(ids.clone(), SamplerConfig::greedy(), stop, loaded.config().vocab_size).unwrap();
+    let mut session = Session::new(Arc::clone(&loaded), ids.len() + n).unwrap();
     let g = session.generate(request).unwrap();
-    engine.tokenizer.decode(&g.ids).unwrap()
+    loaded.tokenizer.decode(&g.ids).unwrap()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! that are always wrong; and a deliberately wrong acceptance rule fails the same test.
 
 use reprolm::decode::speculative::{self, Draft, DraftLength, DraftModel, Drafter, PromptLookup, Speculation};
-use reprolm::decode::{LanguageModel, Request, SequenceDecoder, StopConditions};
+use reprolm::decode::{LanguageModel, GenerationSpec, SequenceDecoder, StopConditions};
 use reprolm::error::Result;
 use reprolm::sampling::rng::{uniform_for, Purpose};
 use reprolm::sampling::speculative::{draw_proportional, verify_draft};
@@ -107,9 +107,9 @@ fn chi_square_passes(counts: &[u64], probs: &[f64]) -> (bool, f64) {
     (stat < critical, stat / critical)
 }
 
-fn request(config: &SamplerConfig, seed: u64, prompt: &[u32]) -> Request {
+fn request(config: &SamplerConfig, seed: u64, prompt: &[u32]) -> GenerationSpec {
     let stop = StopConditions { max_tokens: LENGTH, ..StopConditions::default() };
-    Request::new(prompt.to_vec(), SamplerConfig { seed, ..config.clone() }, stop, VOCAB).unwrap()
+    GenerationSpec::new(prompt.to_vec(), SamplerConfig { seed, ..config.clone() }, stop, VOCAB).unwrap()
 }
 
 fn configs() -> Vec<(&'static str, SamplerConfig)> {
@@ -290,7 +290,7 @@ fn adaptive_drafting_pauses_a_drafter_that_keeps_failing() {
     // The target only ever emits token 0: every draft is rejected at once.
     let mut target = always(0);
     let stop = StopConditions { max_tokens: 40, ..StopConditions::default() };
-    let request = || Request::new(vec![2], SamplerConfig::greedy(), stop.clone(), VOCAB).unwrap();
+    let request = || GenerationSpec::new(vec![2], SamplerConfig::greedy(), stop.clone(), VOCAB).unwrap();
     let plain = reprolm::decode::generate(&mut target, request()).unwrap();
     for (adaptive, most_drafting) in [(false, 40), (true, 10)] {
         let mut speculation = Speculation::new(Box::new(Ones), DraftLength::new(4, adaptive).unwrap());

@@ -9,7 +9,7 @@
 //!   from the Gemma 3 270M GGUF, which has no llama.cpp test pair);
 //! - decoding: exact round trips, and the streaming decoder equal to the full decode.
 
-use reprolm::engine::{Engine, LoadOptions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions};
 use reprolm::error::Error;
 use reprolm::gguf::GgufFile;
 use reprolm::tokenizer::{StreamDecoder, Tokenizer, TokenizerSpec};
@@ -254,7 +254,7 @@ fn unsupported_tokenizers_name_what_is_supported() {
 #[test]
 fn vocabulary_only_files_refuse_to_load_as_models() {
     let path = vocab_path("ggml-vocab-llama-spm.gguf");
-    match Engine::load(&path, &LoadOptions { threads: Some(1), ..Default::default() }) {
+    match LoadedModel::load(&path, &LoadOptions { threads: Some(1), ..Default::default() }) {
         Err(Error::Model(m)) => assert!(m.contains("no tensors") && m.contains("vocabulary-only"), "{m}"),
         other => panic!("expected a model error, got {:?}", other.map(|_| ())),
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use reprolm::chat::{map, ChatTemplate, Message, Value};
-use reprolm::engine::{Engine, LoadOptions, Session};
+use reprolm::loaded_model::{LoadedModel, LoadOptions, Session};
 use reprolm::gguf::GgufFile;
 use reprolm::grammar::{Grammar, GrammarSpec, GrammarVocabulary};
 use reprolm::model::ModelConfig;
@@ -38,18 +38,18 @@ pub fn model_path() -> PathBuf {
 }
 
 /// The default model, loaded once per process (one thread: targets run serially).
-pub fn engine() -> &'static Arc<Engine> {
-    static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
+pub fn loaded() -> &'static Arc<LoadedModel> {
+    static ENGINE: OnceLock<Arc<LoadedModel>> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let options = LoadOptions { threads: Some(1), ..Default::default() };
-        let engine = Engine::load(model_path(), &options).expect("the default model (run `python -m reprolm download`)");
-        engine.fingerprint();
-        Arc::new(engine)
+        let loaded = LoadedModel::load(model_path(), &options).expect("the default model (run `python -m reprolm download`)");
+        loaded.fingerprint();
+        Arc::new(loaded)
     })
 }
 
 /// GGUF reader: any bytes parse to a file or a typed error within the allocation bound; a
-/// file that parses is then read as a model config and a tokenizer, as `Engine::load` does.
+/// file that parses is then read as a model config and a tokenizer, as `LoadedModel::load` does.
 pub fn gguf(data: &[u8]) {
     let (file, peak) = peak_during(|| GgufFile::from_bytes(data));
     if let Some(peak) = peak {
@@ -82,7 +82,7 @@ pub fn gguf(data: &[u8]) {
 
 /// The default model's tokenizer (built once per process).
 fn tokenizer() -> &'static Tokenizer {
-    &engine().tokenizer
+    &loaded().tokenizer
 }
 
 /// llama.cpp's Llama 2 SentencePiece vocabulary (tests/data/vocab/), built once per process.
@@ -179,17 +179,17 @@ fn stream_equals_decode(tok: &Tokenizer, ids: &[u32]) {
 /// loads must save back to the same bytes.
 pub fn state(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else { return };
-    let engine = engine();
+    let loaded = loaded();
     let mut bytes = rest.to_vec();
     if mode & 1 == 0 && bytes.len() >= 24 {
-        bytes[16..24].copy_from_slice(&engine.fingerprint().to_le_bytes());
+        bytes[16..24].copy_from_slice(&loaded.fingerprint().to_le_bytes());
     }
     if mode & 2 == 0 {
         let checksum = reprolm::state::xxh64(&bytes, 0);
         bytes.extend_from_slice(&checksum.to_le_bytes());
     }
-    let per_position = engine.kv_bytes_per_position(reprolm::model::KvDtype::F32);
-    let (session, peak) = peak_during(|| Session::from_state_bytes(Arc::clone(engine), &bytes));
+    let per_position = loaded.kv_bytes_per_position(reprolm::model::KvDtype::F32);
+    let (session, peak) = peak_during(|| Session::from_state_bytes(Arc::clone(loaded), &bytes));
     if let Ok(session) = session {
         assert_eq!(session.state_bytes(), bytes, "a loaded state saves back to the same bytes");
         if let Some(peak) = peak {
@@ -435,7 +435,7 @@ pub fn grammar(data: &[u8]) {
         };
         let in_s = allowed.binary_search(&token).is_ok();
         if in_s && token == eos {
-            return; // the end of the text: the engine feeds it to no grammar
+            return; // the end of the text: the loaded feeds it to no grammar
         }
         let accepted = state.accept(token);
         assert_eq!(accepted.is_ok(), in_s, "token {token}: accepted {accepted:?}, in S {in_s}");

@@ -101,14 +101,14 @@ class Model:
     logits and tokens for any thread count and any split of the prompt into chunks.
     """
 
-    def __init__(self, engine: _core.Engine) -> None:
-        self._engine = engine
-        self._dispatcher = _Dispatcher(engine.wait_ready)
+    def __init__(self, loaded: _core.LoadedModel) -> None:
+        self._loaded = loaded
+        self._dispatcher = _Dispatcher(loaded.wait_ready)
 
     @property
-    def _drafter_core(self) -> _core.Engine:
+    def _drafter_core(self) -> _core.LoadedModel:
         """What the extension takes as this model drafting (:class:`Speculative`)."""
-        return self._engine
+        return self._loaded
 
     @classmethod
     def load(
@@ -152,12 +152,12 @@ class Model:
         result either: a reused block has the bits of a computed one
         (:attr:`Completion.cached_tokens` tells how many prompt tokens were reused).
         """
-        engine = _core.Engine(
+        loaded = _core.LoadedModel(
             resolve_model(path), threads=threads, isa=isa, precision=precision, max_concurrent=max_concurrent,
             max_queue=max_queue, max_batch_tokens=max_batch_tokens, kv_memory=kv_memory,
             kv_dtype=kv_dtype, prefix_cache_bytes=prefix_cache_bytes,
         )
-        return cls(engine)
+        return cls(loaded)
 
     @classmethod
     def default(cls, **options: Any) -> "Model":
@@ -168,41 +168,41 @@ class Model:
     @property
     def config(self) -> _core.ModelConfig:
         """Hyper-parameters read from the file's metadata."""
-        return self._engine.config
+        return self._loaded.config
 
     @property
     def path(self) -> Path:
-        return self._engine.path
+        return self._loaded.path
 
     @property
     def threads(self) -> int:
-        return self._engine.threads
+        return self._loaded.threads
 
     @property
     def isa(self) -> str:
         """The kernel path in use."""
-        return self._engine.isa
+        return self._loaded.isa
 
     @property
     def kv_bytes_per_position(self) -> int:
         """Bytes of keys and values one position of a sequence takes in the batch engine's
         caches (:attr:`kv_dtype`)."""
-        return self._engine.kv_bytes_per_position
+        return self._loaded.kv_bytes_per_position
 
     @property
     def kv_dtype(self) -> KvDtype:
         """The number type of the batch engine's KV caches: ``"f32"`` or ``"f16"``."""
-        return cast(KvDtype, self._engine.kv_dtype)
+        return cast(KvDtype, self._loaded.kv_dtype)
 
     def engine_stats(self) -> EngineStats:
         """What the batch engine is doing now (all zeros before the first request)."""
-        counts, kv_memory = self._engine.engine_stats()
+        counts, kv_memory = self._loaded.engine_stats()
         return EngineStats(*counts, *kv_memory)
 
     @property
     def precision(self) -> Precision:
         """The matmul arithmetic: ``"float32"`` or ``"int8"``."""
-        return cast(Precision, self._engine.precision)
+        return cast(Precision, self._loaded.precision)
 
     def __repr__(self) -> str:
         return (f"Model({str(self.path)!r}, threads={self.threads}, isa={self.isa!r}, "
@@ -213,21 +213,21 @@ class Model:
         ``<|im_start|>`` become their single ids; otherwise they are tokenized as text."""
         _args.text(text, "text")
         _args.flag(special, "special")
-        return self._engine.tokenize(text, special=special)
+        return self._loaded.tokenize(text, special=special)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """The text of ``ids``: their bytes joined, then decoded as UTF-8."""
-        return self._engine.detokenize(_args.token_ids(ids, "ids", self.config.vocab_size))
+        return self._loaded.detokenize(_args.token_ids(ids, "ids", self.config.vocab_size))
 
     def token_bytes(self, token_id: int) -> bytes:
         """The raw bytes of one token (possibly part of a UTF-8 character)."""
-        return self._engine.token_bytes(_args.token_id(token_id, "token_id", self.config.vocab_size))
+        return self._loaded.token_bytes(_args.token_id(token_id, "token_id", self.config.vocab_size))
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
         """Logits at every position of one fresh forward pass, shape ``(len(ids), vocab_size)``.
         The GIL is released while it computes; Ctrl-C (KeyboardInterrupt) stops it within a
         block of 256 tokens."""
-        return self._engine.logits(_args.token_ids(ids, "ids", self.config.vocab_size))
+        return self._loaded.logits(_args.token_ids(ids, "ids", self.config.vocab_size))
 
     def score(
         self,
@@ -278,7 +278,7 @@ class Model:
             raise InvalidArgumentError(
                 f"invalid value for 'continuation': nothing to score ({start} context and "
                 f"{len(ids) - start} continuation tokens; both must be at least 1)")
-        scored = _core.score(self._engine, ids, start=start, top=top)
+        scored = _core.score(self._loaded, ids, start=start, top=top)
         return Score(ids[:start], [t for t, _, _, _ in scored], [lp for _, lp, _, _ in scored],
                      [g for _, _, g, _ in scored], [[(int(i), float(p)) for i, p in alt] for _, _, _, alt in scored])
 
@@ -311,7 +311,7 @@ class Model:
         _args.one_of(overflow, "overflow", ("error", "sliding_window"))
         _args.integer(n_keep, "n_keep")
         core = _core.Session(
-            self._engine, context_length=context_length, kv_dtype=self.kv_dtype if kv_dtype is None else kv_dtype,
+            self._loaded, context_length=context_length, kv_dtype=self.kv_dtype if kv_dtype is None else kv_dtype,
             overflow=overflow, n_keep=n_keep,
         )
         return Session(self, core)
@@ -459,10 +459,10 @@ class Model:
 
     def _solo_session(self, ids: list[int], params: GenerationParams) -> "Session":
         """A session for one generation of ``ids`` (speculative decoding runs on it)."""
-        return Session(self, _core.solo_session(self._engine, len(ids), params._core))
+        return Session(self, _core.solo_session(self._loaded, len(ids), params._core))
 
     def _submit(self, ids: list[int], params: GenerationParams) -> Request:
-        return Request(_core.submit(self._engine, ids, params._core), ids, self._dispatcher)
+        return Request(_core.submit(self._loaded, ids, params._core), ids, self._dispatcher)
 
     def beam_search(
         self,
@@ -485,7 +485,7 @@ class Model:
         _args.prompt(prompt, "prompt", self.config.vocab_size)
         ids = self._prompt_ids(prompt, special)
         beams = _core.engine_beam_search(
-            self._engine, ids, beam_width=beam_width, max_tokens=max_tokens, length_penalty=float(length_penalty)
+            self._loaded, ids, beam_width=beam_width, max_tokens=max_tokens, length_penalty=float(length_penalty)
         )
         return [Beam._from_core(b, self.detokenize) for b in beams]
 
@@ -520,7 +520,7 @@ class Model:
     @property
     def chat_template(self) -> Optional[str]:
         """The file's ``tokenizer.chat_template`` (a Jinja template), or None."""
-        return _core.chat_template(self._engine)
+        return _core.chat_template(self._loaded)
 
     def apply_chat_template(
         self,
@@ -544,7 +544,7 @@ class Model:
         """
         _args.messages(messages)
         return _core.apply_chat_template(
-            self._engine, [dict(m) if isinstance(m, Mapping) else m for m in messages], add_generation_prompt=add_generation_prompt,
+            self._loaded, [dict(m) if isinstance(m, Mapping) else m for m in messages], add_generation_prompt=add_generation_prompt,
             template=template, variables=variables,
         )
 
@@ -664,7 +664,7 @@ class Session:
         """Restores a session written by :meth:`save`. A file saved with another model file
         raises :class:`StateModelMismatchError`, a damaged or truncated one
         :class:`StateFormatError`, one of another format version :class:`StateVersionError`."""
-        return cls(model, _core.Session.load(model._engine, Path(path)))
+        return cls(model, _core.Session.load(model._loaded, Path(path)))
 
     def save(self, path: Union[str, os.PathLike[str]]) -> None:
         """Writes the tokens and the KV cache to ``path`` (a versioned, checksummed file tied

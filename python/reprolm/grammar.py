@@ -118,7 +118,7 @@ class Grammar:
 
     def matcher(self, model: "Model") -> "GrammarMatcher":
         """A new :class:`GrammarMatcher` at the start of this grammar, compiled for ``model``."""
-        return GrammarMatcher(_core.GrammarMatcher(model._engine, self._spec))
+        return GrammarMatcher(_core.GrammarMatcher(model._loaded, self._spec))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self._kind, self._source))

@@ -50,11 +50,11 @@ pub(super) struct Channel {
     cached_tokens: AtomicUsize,
     /// Told about a cancellation (so the engine frees the request's cache at once) and about
     /// the events of a watched request.
-    engine: Weak<Wakeup>,
+    loaded: Weak<Wakeup>,
 }
 
 impl Channel {
-    pub(super) fn new(id: u64, engine: Weak<Wakeup>) -> Arc<Channel> {
+    pub(super) fn new(id: u64, loaded: Weak<Wakeup>) -> Arc<Channel> {
         Arc::new(Channel {
             id,
             queue: Mutex::new(Queue::default()),
@@ -62,7 +62,7 @@ impl Channel {
             cancelled: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             cached_tokens: AtomicUsize::new(0),
-            engine,
+            loaded,
         })
     }
 
@@ -82,8 +82,8 @@ impl Channel {
         }
         self.ready.notify_all();
         if self.watched.load(Ordering::Acquire) {
-            if let Some(engine) = self.engine.upgrade() {
-                engine.event_ready(self.id);
+            if let Some(loaded) = self.loaded.upgrade() {
+                loaded.event_ready(self.id);
             }
         }
     }
@@ -150,8 +150,8 @@ impl RequestHandle {
     pub fn cancel(&self) {
         if !self.channel.cancelled.swap(true, Ordering::AcqRel) {
             self.channel.push(Event::Error(Error::Cancelled));
-            if let Some(engine) = self.channel.engine.upgrade() {
-                engine.wake();
+            if let Some(loaded) = self.channel.loaded.upgrade() {
+                loaded.wake();
             }
         }
     }
@@ -162,8 +162,8 @@ impl RequestHandle {
     /// missed.
     pub fn watch(&self) {
         self.channel.watched.store(true, Ordering::Release);
-        if let Some(engine) = self.channel.engine.upgrade() {
-            engine.event_ready(self.channel.id);
+        if let Some(loaded) = self.channel.loaded.upgrade() {
+            loaded.event_ready(self.channel.id);
         }
     }
 

@@ -1,13 +1,13 @@
 //! The batch engine: continuous batching of many generation requests on one model, with
 //! results that do not depend on the batch.
 //!
-//! Callers [`BatchEngine::submit`] validated [`Request`]s from any thread and read each one's
+//! Callers [`BatchEngine::submit`] validated [`GenerationSpec`]s from any thread and read each one's
 //! events from its [`RequestHandle`]. One engine thread runs the [scheduler](scheduler): between
 //! forward passes it admits waiting requests (first come, first served) while the running
 //! sequences and their KV caches fit the limits, drops finished and cancelled ones (freeing
 //! their caches at once), and builds the next pass from one decode row per running sequence
 //! plus chunks of the admitted prompts under a token budget. Each pass reads the weights once
-//! for all its rows ([`Llama::forward_batch`](crate::model::Llama::forward_batch)), and each
+//! for all its rows ([`Transformer::forward_batch`](crate::model::Transformer::forward_batch)), and each
 //! sequence's [`SequenceDecoder`](crate::decode::SequenceDecoder) picks its next token from its
 //! own logits row.
 //!
@@ -54,8 +54,8 @@ use std::thread::JoinHandle;
 pub use handle::{Event, Poll, RequestHandle};
 pub use prefix_cache::{PrefixCache, PrefixCacheStats, BLOCK_TOKENS};
 
-use crate::decode::Request;
-use crate::engine::Engine;
+use crate::decode::GenerationSpec;
+use crate::loaded_model::LoadedModel;
 use crate::error::{Error, Result};
 use crate::model::KvDtype;
 use handle::Channel;
@@ -82,9 +82,9 @@ impl BatchOptions {
     /// The defaults for `engine`: 64 sequences, no queue limit, 512 rows per pass, f32
     /// caches taking at most a quarter of the memory available now, and a prefix cache of a
     /// quarter of that ([`BatchOptions::default_prefix_cache_bytes`]).
-    pub fn defaults_for(engine: &Engine) -> BatchOptions {
-        let quarter = crate::engine::available_memory().map_or(1 << 30, |m| m / 4);
-        let kv_memory = quarter.max(engine.kv_bytes_per_position(KvDtype::F32));
+    pub fn defaults_for(loaded: &LoadedModel) -> BatchOptions {
+        let quarter = crate::loaded_model::available_memory().map_or(1 << 30, |m| m / 4);
+        let kv_memory = quarter.max(loaded.kv_bytes_per_position(KvDtype::F32));
         BatchOptions {
             max_concurrent: 64,
             max_queue: usize::MAX,
@@ -146,7 +146,7 @@ pub struct EngineStats {
 
 /// A submitted request on its way to the engine thread.
 struct Submission {
-    request: Request,
+    request: GenerationSpec,
     channel: Arc<Channel>,
 }
 
@@ -189,7 +189,7 @@ impl Wakeup {
 /// Continuous batching over one model (see the [module docs](self)). Dropping it stops the
 /// engine thread; requests still running end with [`Error::EngineStopped`].
 pub struct BatchEngine {
-    engine: Arc<Engine>,
+    loaded: Arc<LoadedModel>,
     options: BatchOptions,
     wakeup: Arc<Wakeup>,
     next_id: AtomicU64,
@@ -200,19 +200,19 @@ pub struct BatchEngine {
 
 impl BatchEngine {
     /// Starts the engine thread.
-    pub fn new(engine: Arc<Engine>, options: BatchOptions) -> Result<BatchEngine> {
+    pub fn new(loaded: Arc<LoadedModel>, options: BatchOptions) -> Result<BatchEngine> {
         options.validate()?;
         let wakeup =
             Arc::new(Wakeup { inbox: Mutex::new(Inbox::default()), work: Condvar::new(), events: Condvar::new() });
         let thread = {
-            let (engine, wakeup) = (Arc::clone(&engine), Arc::clone(&wakeup));
+            let (loaded, wakeup) = (Arc::clone(&loaded), Arc::clone(&wakeup));
             std::thread::Builder::new()
                 .name("reprolm-batch".into())
-                .spawn(move || scheduler::run(&engine, options, &wakeup))
+                .spawn(move || scheduler::run(&loaded, options, &wakeup))
                 .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?
         };
         let generation = crate::threads::fork_generation();
-        Ok(BatchEngine { engine, options, wakeup, next_id: AtomicU64::new(1), thread: Some(thread), generation })
+        Ok(BatchEngine { loaded, options, wakeup, next_id: AtomicU64::new(1), thread: Some(thread), generation })
     }
 
     /// Whether this process is a fork of the one that started the engine thread (which the
@@ -225,8 +225,8 @@ impl BatchEngine {
         &self.options
     }
 
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+    pub fn loaded(&self) -> &Arc<LoadedModel> {
+        &self.loaded
     }
 
     /// Queues `request` and returns its handle.
@@ -236,8 +236,8 @@ impl BatchEngine {
     /// request built for another vocabulary, [`Error::ContextOverflow`] when the prompt plus
     /// `max_tokens` exceed the model's context or the whole `kv_memory`, and
     /// [`Error::QueueFull`] when `max_queue` requests are already waiting.
-    pub fn submit(&self, request: Request) -> Result<RequestHandle> {
-        let vocab_size = self.engine.config().vocab_size;
+    pub fn submit(&self, request: GenerationSpec) -> Result<RequestHandle> {
+        let vocab_size = self.loaded.config().vocab_size;
         if request.sampler.vocab_size() != vocab_size {
             return Err(Error::invalid_argument(
                 "sampler",
@@ -245,8 +245,8 @@ impl BatchEngine {
             ));
         }
         let needed = request.positions_needed();
-        let per_position = self.engine.kv_bytes_per_position(self.options.kv_dtype);
-        let allowed = self.engine.config().context_length.min(self.options.kv_memory / per_position);
+        let per_position = self.loaded.kv_bytes_per_position(self.options.kv_dtype);
+        let allowed = self.loaded.config().context_length.min(self.options.kv_memory / per_position);
         if needed > allowed {
             return Err(Error::ContextOverflow { requested: needed, allowed });
         }

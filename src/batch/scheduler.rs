@@ -8,7 +8,7 @@ use super::handle::{Channel, Event};
 use super::prefix_cache::{PrefixCache, BLOCK_TOKENS};
 use super::{BatchOptions, EngineStats, Submission, Wakeup};
 use crate::decode::{SequenceDecoder, Step};
-use crate::engine::Engine;
+use crate::loaded_model::LoadedModel;
 use crate::error::{Error, Result};
 use crate::kernels::Precision;
 use crate::model::{KvCache, KvCacheOptions, KvDtype, LogitRows, Overflow, Scratch, SeqInput};
@@ -60,7 +60,7 @@ fn grant_for(positions: usize, capacity: usize) -> usize {
 
 /// The scheduler's state, owned by the engine thread.
 struct Scheduler<'a> {
-    engine: &'a Engine,
+    loaded: &'a LoadedModel,
     options: BatchOptions,
     /// Not admitted: preempted sequences first (in admission order), then submissions in
     /// arrival order.
@@ -79,13 +79,13 @@ struct Scheduler<'a> {
 }
 
 /// The prefix cache for `engine`'s batch caches, if `options` give it room for a block.
-fn prefix_cache(engine: &Engine, options: &BatchOptions) -> Option<PrefixCache> {
-    let block_bytes = BLOCK_TOKENS * engine.kv_bytes_per_position(options.kv_dtype);
+fn prefix_cache(loaded: &LoadedModel, options: &BatchOptions) -> Option<PrefixCache> {
+    let block_bytes = BLOCK_TOKENS * loaded.kv_bytes_per_position(options.kv_dtype);
     if options.prefix_cache_bytes < block_bytes {
         return None;
     }
     // Everything besides the tokens that changes a block's numbers.
-    let precision = match engine.llama.precision() {
+    let precision = match loaded.transformer.precision() {
         Precision::Float32 => 0u8,
         Precision::Int8 => 1,
     };
@@ -93,24 +93,24 @@ fn prefix_cache(engine: &Engine, options: &BatchOptions) -> Option<PrefixCache> 
         KvDtype::F32 => 0u8,
         KvDtype::F16 => 1,
     };
-    let mut identity = engine.fingerprint().to_le_bytes().to_vec();
+    let mut identity = loaded.fingerprint().to_le_bytes().to_vec();
     identity.extend_from_slice(&[precision, dtype]);
     Some(PrefixCache::new(&identity, block_bytes, options.prefix_cache_bytes))
 }
 
 /// The engine thread's loop: runs until the engine is dropped.
-pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) {
-    let eos = engine.config().eos_id;
+pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, wakeup: &Wakeup) {
+    let eos = loaded.config().eos_id;
     let mut s = Scheduler {
-        engine,
+        loaded,
         options,
         waiting: VecDeque::new(),
         running: Vec::new(),
-        budget: options.kv_memory / engine.kv_bytes_per_position(options.kv_dtype),
+        budget: options.kv_memory / loaded.kv_bytes_per_position(options.kv_dtype),
         granted: 0,
         scratch: Scratch::default(),
         totals: EngineStats::default(),
-        prefix_cache: prefix_cache(engine, &options),
+        prefix_cache: prefix_cache(loaded, &options),
     };
     loop {
         {
@@ -151,7 +151,7 @@ pub(super) fn run(engine: &Arc<Engine>, options: BatchOptions, wakeup: &Wakeup) 
 
 impl Scheduler<'_> {
     fn stats(&self) -> EngineStats {
-        let per_position = self.engine.kv_bytes_per_position(self.options.kv_dtype);
+        let per_position = self.loaded.kv_bytes_per_position(self.options.kv_dtype);
         let blocks_used: usize = self.running.iter().map(|r| r.granted.div_ceil(BLOCK_TOKENS)).sum();
         EngineStats {
             waiting: self.waiting.len(),
@@ -229,7 +229,7 @@ impl Scheduler<'_> {
                 continue;
             }
             let options = KvCacheOptions { capacity, dtype: self.options.kv_dtype, overflow: Overflow::Error };
-            match KvCache::with_options(self.engine.config(), &options) {
+            match KvCache::with_options(self.loaded.config(), &options) {
                 Ok(mut cache) => {
                     // Whole blocks of the context but its last token, which is always computed
                     // (its logits choose the next token).
@@ -320,7 +320,7 @@ impl Scheduler<'_> {
                     inputs.push(SeqInput { cache: &mut r.cache, tokens: &r.seq.context()[start..start + n], logits });
                 }
             }
-            self.engine.llama.forward_batch(self.engine.pool(), &mut self.scratch, &mut inputs)
+            self.loaded.transformer.forward_batch(self.loaded.pool(), &mut self.scratch, &mut inputs)
         };
         if let Err(e) = result {
             // Requests were checked when submitted, so this is not one request's fault.
@@ -361,14 +361,14 @@ impl Scheduler<'_> {
     /// Lets each sampled sequence choose its token from its logits row (rows in the order of
     /// `sampled`), in parallel: each decoder is independent and sees only its own row.
     fn select(&mut self, sampled: &[usize]) -> Vec<Result<Step>> {
-        let vocab = self.engine.config().vocab_size;
-        let tokenizer = &self.engine.tokenizer;
+        let vocab = self.loaded.config().vocab_size;
+        let tokenizer = &self.loaded.tokenizer;
         let logits = &self.scratch.logits;
         let mut slots: Vec<Option<&mut Running>> = self.running.iter_mut().map(Some).collect();
         // A decoder and, once its task ran, what it chose.
         let mut work: Vec<(&mut SequenceDecoder, Option<Result<Step>>)> =
             sampled.iter().map(|&i| (&mut slots[i].take().expect("distinct").seq, None)).collect();
-        self.engine.pool().for_each_mut(&mut work, |j, (seq, chosen)| {
+        self.loaded.pool().for_each_mut(&mut work, |j, (seq, chosen)| {
             let row = &logits[j * vocab..(j + 1) * vocab];
             *chosen = Some(seq.accept(row, Some(tokenizer)));
         });

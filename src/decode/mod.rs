@@ -7,7 +7,7 @@ pub mod speculative;
 pub mod stream;
 
 pub use beam::{beam_search, Beam};
-pub use sequence::{Finish, Request, SequenceDecoder, Step, StopConditions};
+pub use sequence::{Finish, GenerationSpec, SequenceDecoder, Step, StopConditions};
 
 use crate::error::{Error, Result};
 use crate::sampling::Selection;
@@ -69,7 +69,7 @@ pub struct Generation {
 
 /// The decoder of `request` on `model`, after checking that they fit together (the sampler's
 /// vocabulary, the end-of-sequence id).
-pub(crate) fn decoder_for<M: LanguageModel + ?Sized>(model: &M, request: Request) -> Result<SequenceDecoder> {
+pub(crate) fn decoder_for<M: LanguageModel + ?Sized>(model: &M, request: GenerationSpec) -> Result<SequenceDecoder> {
     let vocab_size = model.vocab_size();
     if request.sampler.vocab_size() != vocab_size {
         return Err(Error::invalid_argument(
@@ -86,7 +86,7 @@ pub(crate) fn decoder_for<M: LanguageModel + ?Sized>(model: &M, request: Request
 /// choose token t with draw `uniform(seed, t)`; stops after the model's EOS token, after a
 /// stop token, or after `max_tokens` tokens. (Stop strings need text: the text-producing
 /// drivers are [`stream::Generator`] and the batch engine.)
-pub fn generate<M: LanguageModel + ?Sized>(model: &mut M, request: Request) -> Result<Generation> {
+pub fn generate<M: LanguageModel + ?Sized>(model: &mut M, request: GenerationSpec) -> Result<Generation> {
     let mut seq = decoder_for(model, request)?;
     let mut steps = Vec::new();
     while seq.finish().is_none() {

@@ -1,5 +1,5 @@
 //! One sequence's token loop, independent of where its logits come from: a validated
-//! [`Request`] and the [`SequenceDecoder`] that turns each step's logits into a token, the
+//! [`GenerationSpec`] and the [`SequenceDecoder`] that turns each step's logits into a token, the
 //! text it makes final, and the decision to stop.
 //!
 //! Every driver runs this one loop: [`generate`](crate::decode::generate) over any
@@ -82,27 +82,27 @@ impl Finish {
 /// A generation request, validated once: the prompt, the sampler, the stop conditions and the
 /// grammar the text must follow (if any).
 #[derive(Clone, Debug)]
-pub struct Request {
+pub struct GenerationSpec {
     pub prompt: Vec<u32>,
     pub sampler: Sampler,
     pub stop: StopConditions,
     pub grammar: Option<Grammar>,
 }
 
-impl Request {
+impl GenerationSpec {
     /// Checks everything that does not depend on the cache the request will run in.
     ///
     /// # Errors
     /// [`Error::EmptyPrompt`], [`Error::TokenOutOfRange`] for a prompt id outside the
     /// vocabulary, [`Error::InvalidArgument`] for a bad sampler setting, a stop token outside
     /// the vocabulary or an empty stop string.
-    pub fn new(prompt: Vec<u32>, sampler: SamplerConfig, stop: StopConditions, vocab_size: usize) -> Result<Request> {
+    pub fn new(prompt: Vec<u32>, sampler: SamplerConfig, stop: StopConditions, vocab_size: usize) -> Result<GenerationSpec> {
         let sampler = Sampler::new(sampler, vocab_size)?;
-        Request::with_sampler(prompt, sampler, stop)
+        GenerationSpec::with_sampler(prompt, sampler, stop)
     }
 
-    /// [`Request::new`] with a sampler already built (for its vocabulary).
-    pub fn with_sampler(prompt: Vec<u32>, sampler: Sampler, stop: StopConditions) -> Result<Request> {
+    /// [`GenerationSpec::new`] with a sampler already built (for its vocabulary).
+    pub fn with_sampler(prompt: Vec<u32>, sampler: Sampler, stop: StopConditions) -> Result<GenerationSpec> {
         let vocab_size = sampler.vocab_size();
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
@@ -114,21 +114,21 @@ impl Request {
             return Err(Error::invalid_argument("stop_token_ids", format!("token id {id} is outside the vocabulary")));
         }
         StopConditions::check_stop_strings(&stop.stop_strings)?;
-        Ok(Request { prompt, sampler, stop, grammar: None })
+        Ok(GenerationSpec { prompt, sampler, stop, grammar: None })
     }
 
     /// The request with its text constrained by `grammar` (compiled for the same vocabulary).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a grammar compiled for another vocabulary.
-    pub fn with_grammar(self, grammar: Grammar) -> Result<Request> {
+    pub fn with_grammar(self, grammar: Grammar) -> Result<GenerationSpec> {
         if grammar.vocab_size() != self.sampler.vocab_size() {
             return Err(Error::invalid_argument(
                 "grammar",
                 format!("compiled for {} tokens but the model has {}", grammar.vocab_size(), self.sampler.vocab_size()),
             ));
         }
-        Ok(Request { grammar: Some(grammar), ..self })
+        Ok(GenerationSpec { grammar: Some(grammar), ..self })
     }
 
     /// Positions a cache needs to run the whole request: prompt plus `max_tokens`.
@@ -167,8 +167,8 @@ pub struct SequenceDecoder {
 
 impl SequenceDecoder {
     /// Starts decoding `request` for a model whose end-of-sequence token is `eos`.
-    pub fn new(request: Request, eos: Option<u32>) -> SequenceDecoder {
-        let Request { prompt, sampler, stop, grammar } = request;
+    pub fn new(request: GenerationSpec, eos: Option<u32>) -> SequenceDecoder {
+        let GenerationSpec { prompt, sampler, stop, grammar } = request;
         SequenceDecoder {
             sampler,
             grammar: grammar.as_ref().map(Grammar::start),

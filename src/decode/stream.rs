@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use crate::decode::sequence::{Finish, Request, SequenceDecoder, Step};
+use crate::decode::sequence::{Finish, GenerationSpec, SequenceDecoder, Step};
 use crate::decode::speculative::{Queued, Speculation, SpeculationStats};
-use crate::engine::{Engine, Session};
+use crate::loaded_model::{LoadedModel, Session};
 use crate::error::{Error, Result};
 
 /// Autoregressive generation one token at a time on a session.
 pub struct Generator {
-    engine: Arc<Engine>,
+    loaded: Arc<LoadedModel>,
     session: Session,
     seq: SequenceDecoder,
     /// Speculative decoding, when asked for, and the steps its last pass computed.
@@ -29,14 +29,14 @@ impl Generator {
     /// [`Error::ContextOverflow`] if the prompt and `max_tokens` do not fit in a session whose
     /// cache refuses to overflow (a sliding-window session generates past its capacity), or
     /// [`Error::InvalidArgument`] for a request built for another vocabulary.
-    pub fn new(session: Session, request: Request) -> Result<Generator> {
+    pub fn new(session: Session, request: GenerationSpec) -> Result<Generator> {
         Generator::try_new(session, request).map_err(|b| b.0)
     }
 
     /// [`Generator::new`], giving the session back with the error.
-    pub fn try_new(session: Session, request: Request) -> std::result::Result<Generator, Box<(Error, Session)>> {
-        let engine = Arc::clone(session.engine());
-        let vocab_size = engine.config().vocab_size;
+    pub fn try_new(session: Session, request: GenerationSpec) -> std::result::Result<Generator, Box<(Error, Session)>> {
+        let loaded = Arc::clone(session.loaded());
+        let vocab_size = loaded.config().vocab_size;
         let checked = if request.sampler.vocab_size() != vocab_size {
             Err(Error::invalid_argument(
                 "sampler",
@@ -47,8 +47,8 @@ impl Generator {
         };
         match checked {
             Ok(()) => {
-                let seq = SequenceDecoder::new(request, engine.config().eos_id);
-                Ok(Generator { engine, session, seq, speculation: None, failed: false })
+                let seq = SequenceDecoder::new(request, loaded.config().eos_id);
+                Ok(Generator { loaded, session, seq, speculation: None, failed: false })
             }
             Err(e) => Err(Box::new((e, session))),
         }
@@ -97,7 +97,7 @@ impl Generator {
 
     fn advance(&mut self) -> Result<Step> {
         if let Some((speculation, queued)) = &mut self.speculation {
-            let step = queued.next(speculation, &mut self.seq, &mut self.session, Some(&self.engine.tokenizer))?;
+            let step = queued.next(speculation, &mut self.seq, &mut self.session, Some(&self.loaded.tokenizer))?;
             if queued.is_empty() && self.seq.finish().is_some() {
                 // Drafts fed after the last token are not part of the sequence.
                 self.session.truncate(self.seq.context().len() - 1);
@@ -105,7 +105,7 @@ impl Generator {
             return Ok(step);
         }
         let logits = self.session.next_logits(self.seq.context())?;
-        self.seq.accept(logits, Some(&self.engine.tokenizer))
+        self.seq.accept(logits, Some(&self.loaded.tokenizer))
     }
 
     /// The ids generated so far.

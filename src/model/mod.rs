@@ -3,11 +3,11 @@
 pub mod config;
 mod huge_pages;
 pub mod kv_cache;
-pub mod llama;
+pub mod transformer;
 mod rowwise;
 pub mod weights;
 
 pub use config::ModelConfig;
 pub use kv_cache::{KvCache, KvCacheOptions, KvDtype, Overflow};
-pub use llama::{Llama, LogitRows, Scratch, SeqInput};
-pub use weights::LlamaWeights;
+pub use transformer::{Transformer, LogitRows, Scratch, SeqInput};
+pub use weights::TransformerWeights;

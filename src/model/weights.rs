@@ -72,7 +72,7 @@ pub struct LayerWeights {
 
 /// All weights of a model.
 #[derive(Debug)]
-pub struct LlamaWeights {
+pub struct TransformerWeights {
     map: Arc<Mmap>,
     /// Every packed matrix, one after another, on huge pages ([`super::huge_pages`]).
     packed: HugePageBytes,
@@ -89,22 +89,22 @@ pub struct LlamaWeights {
     pub rope_freq_factors: Option<Vec<f32>>,
 }
 
-impl LlamaWeights {
+impl TransformerWeights {
     /// The weights for the default `Precision::Float32`.
-    pub fn from_gguf(file: &GgufFile, cfg: &ModelConfig) -> Result<LlamaWeights> {
-        LlamaWeights::from_gguf_with(file, cfg, Precision::Float32)
+    pub fn from_gguf(file: &GgufFile, cfg: &ModelConfig) -> Result<TransformerWeights> {
+        TransformerWeights::from_gguf_with(file, cfg, Precision::Float32)
     }
 
     /// The weights, quantized matrices packed for `precision`'s kernels (on the calling
     /// thread).
-    pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<LlamaWeights> {
-        Ok(LlamaWeights::load(file, cfg, precision, &ThreadPool::new(1)?)?.0)
+    pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<TransformerWeights> {
+        Ok(TransformerWeights::load(file, cfg, precision, &ThreadPool::new(1)?)?.0)
     }
 
     /// The weights, quantized matrices packed for `precision`'s kernels on `pool`'s threads,
     /// and the file's fingerprint ([`fingerprint::fingerprint`]), computed from the same reads of the file
     /// as the packing. The packed bytes are the same for any number of threads.
-    pub fn load(file: &GgufFile, cfg: &ModelConfig, precision: Precision, pool: &ThreadPool) -> Result<(LlamaWeights, u64)> {
+    pub fn load(file: &GgufFile, cfg: &ModelConfig, precision: Precision, pool: &ThreadPool) -> Result<(TransformerWeights, u64)> {
         let layout = match precision {
             Precision::Float32 => Layout::Grouped,
             Precision::Int8 => Layout::Chunked,
@@ -166,7 +166,7 @@ impl LlamaWeights {
         }
         let output_norm = loader.vector("output_norm.weight", d)?;
         let (packed, file_fingerprint) = loader.pack_and_hash(pool, packed_bytes(file, layout))?;
-        let weights = LlamaWeights {
+        let weights = TransformerWeights {
             map: Arc::clone(file.map()),
             packed,
             precision,
@@ -437,7 +437,7 @@ fn check_shape(info: &TensorInfo, expected: &[usize]) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn matrices(w: &LlamaWeights) -> Vec<&Matrix> {
+    fn matrices(w: &TransformerWeights) -> Vec<&Matrix> {
         let mut out = vec![&w.token_embd, &w.output];
         for l in &w.layers {
             out.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
@@ -458,7 +458,7 @@ mod tests {
             for precision in [Precision::Float32, Precision::Int8] {
                 let mut packed_by_one_thread: Option<Vec<u8>> = None;
                 for threads in [1, 2, 3] {
-                    let (w, fp) = LlamaWeights::load(&file, &cfg, precision, &ThreadPool::new(threads).unwrap()).unwrap();
+                    let (w, fp) = TransformerWeights::load(&file, &cfg, precision, &ThreadPool::new(threads).unwrap()).unwrap();
                     assert_eq!(fp, expected_fingerprint, "{name} {precision:?} {threads} threads");
                     let mut n_packed = 0;
                     for m in matrices(&w) {

@@ -1,6 +1,6 @@
 //! Bindings for the batch engine: `submit` queues a request on the model's engine thread and
 //! returns a `Request` whose chunks are read as they come (GIL released while waiting, Ctrl-C
-//! checked every 50 ms), and `Engine.wait_ready` serves an asyncio dispatcher.
+//! checked every 50 ms), and `LoadedModel.wait_ready` serves an asyncio dispatcher.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use super::errors::IntoPyResult;
 use super::params::PyGenerationParams;
 use super::sampling::{step_tuple, StepTuple};
-use super::PyEngine;
+use super::PyLoadedModel;
 use crate::batch::{Event, Poll, RequestHandle};
 use crate::error::Error;
 
@@ -85,7 +85,7 @@ impl PyRequest {
         }
     }
 
-    /// Announce this request's chunks to `Engine.wait_ready` (asyncio dispatcher).
+    /// Announce this request's chunks to `LoadedModel.wait_ready` (asyncio dispatcher).
     fn watch(&self) {
         self.handle.watch();
     }
@@ -100,13 +100,13 @@ impl PyRequest {
 /// Queues a generation of `ids` with the settings of `params` on `engine`'s batch engine
 /// (started on first use). The batch engine does not decode speculatively.
 #[pyfunction]
-fn submit(py: Python<'_>, engine: &PyEngine, ids: Vec<i64>, params: &PyGenerationParams) -> PyResult<PyRequest> {
+fn submit(py: Python<'_>, loaded: &PyLoadedModel, ids: Vec<i64>, params: &PyGenerationParams) -> PyResult<PyRequest> {
     if params.speculative(py).is_some() {
         let message = "the batch engine (Model.submit) does not decode speculatively; use generate or stream";
         return Err(Error::invalid_argument("speculative", message)).py();
     }
-    let request = params.engine_request(py, &engine.engine, ids)?;
-    let batch = engine.batch()?;
+    let request = params.loaded_spec(py, &loaded.loaded, ids)?;
+    let batch = loaded.batch()?;
     let handle = py.detach(|| batch.submit(request)).py()?;
     Ok(PyRequest { handle, with_steps: params.steps() })
 }

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use super::errors::IntoPyResult;
-use super::PyEngine;
+use super::PyLoadedModel;
 use crate::chat::{map, ChatTemplate, Value};
 use crate::error::Error;
 
@@ -72,10 +72,10 @@ fn to_value(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> Result<Value, E
 /// Renders `messages` with the model's chat template (or `template`), see
 /// `reprolm.Model.apply_chat_template`.
 #[pyfunction]
-#[pyo3(signature = (engine, messages, *, add_generation_prompt=true, template=None, variables=None))]
+#[pyo3(signature = (loaded, messages, *, add_generation_prompt=true, template=None, variables=None))]
 fn apply_chat_template(
     py: Python<'_>,
-    engine: &PyEngine,
+    loaded: &PyLoadedModel,
     messages: &Bound<'_, PyAny>,
     add_generation_prompt: bool,
     template: Option<String>,
@@ -110,14 +110,14 @@ fn apply_chat_template(
             extra.push((key, value));
         }
     }
-    let chat = ChatTemplate::for_engine(&engine.engine, template.as_deref()).py()?;
+    let chat = ChatTemplate::for_loaded(&loaded.loaded, template.as_deref()).py()?;
     py.detach(|| chat.render_value(messages_value, add_generation_prompt, extra)).py()
 }
 
 /// The model's own chat template, or None if the file has none.
 #[pyfunction]
-fn chat_template(engine: &PyEngine) -> Option<String> {
-    ChatTemplate::for_engine(&engine.engine, None).ok().map(|t| t.source().to_owned())
+fn chat_template(loaded: &PyLoadedModel) -> Option<String> {
+    ChatTemplate::for_loaded(&loaded.loaded, None).ok().map(|t| t.source().to_owned())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -10,7 +10,7 @@ use super::params::PyGenerationParams;
 use super::sampling::{count, ids_in_vocab, step_tuple, StepTuple};
 use super::session::session_for;
 use super::speculative::{stats_tuple, StatsTuple};
-use super::PyEngine;
+use super::PyLoadedModel;
 use crate::decode::speculative::{self, DraftModel, Drafter, SpeculationStats};
 use crate::decode::{self, Beam, Generation, LanguageModel};
 use crate::error::{Error, Result};
@@ -62,19 +62,19 @@ impl BeamArgs {
 
 /// Beam search on a loaded model: [(ids, logprob, score, finished)] ranked by score.
 #[pyfunction]
-#[pyo3(signature = (engine, ids, *, beam_width, max_tokens, length_penalty))]
+#[pyo3(signature = (loaded, ids, *, beam_width, max_tokens, length_penalty))]
 fn engine_beam_search(
     py: Python<'_>,
-    engine: &PyEngine,
+    loaded: &PyLoadedModel,
     ids: Vec<i64>,
     beam_width: i64,
     max_tokens: i64,
     length_penalty: f64,
 ) -> PyResult<Vec<BeamTuple>> {
-    let args = BeamArgs::new(engine.engine.config().vocab_size, ids, beam_width, max_tokens, length_penalty).py()?;
+    let args = BeamArgs::new(loaded.loaded.config().vocab_size, ids, beam_width, max_tokens, length_penalty).py()?;
     let beams = py
         .detach(|| {
-            let mut session = session_for(engine, args.prompt.len(), args.max_tokens)?;
+            let mut session = session_for(loaded, args.prompt.len(), args.max_tokens)?;
             args.run(&mut session)
         })
         .py()?;
@@ -130,7 +130,7 @@ impl PyCallableModel {
         if params.grammar(py).is_some() {
             return Err(Error::invalid_argument("grammar", "a CallableModel has no tokenizer to constrain")).py();
         }
-        let request = params.request(prompt_ids, self.vocab_size).py()?;
+        let request = params.spec(prompt_ids, self.vocab_size).py()?;
         if !request.stop.stop_strings.is_empty() {
             return Err(Error::invalid_argument("stop", "a CallableModel has no tokenizer: stop strings need text")).py();
         }

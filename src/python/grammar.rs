@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
-use super::PyEngine;
-use crate::engine::Engine;
+use super::PyLoadedModel;
+use crate::loaded_model::LoadedModel;
 use crate::error::Error;
 use crate::grammar::{Grammar, GrammarSpec, GrammarState};
 
@@ -49,8 +49,8 @@ impl PyGrammarSpec {
 }
 
 /// `spec` compiled for `engine`'s vocabulary (GIL released).
-pub(super) fn compile(py: Python<'_>, engine: &Engine, spec: &PyGrammarSpec) -> PyResult<Grammar> {
-    py.detach(|| engine.compile_grammar(&spec.spec)).py()
+pub(super) fn compile(py: Python<'_>, loaded: &LoadedModel, spec: &PyGrammarSpec) -> PyResult<Grammar> {
+    py.detach(|| loaded.compile_grammar(&spec.spec)).py()
 }
 
 /// One sequence's position in a grammar compiled for a model: the allowed set of the next
@@ -69,8 +69,8 @@ impl PyGrammarMatcher {
 #[pymethods]
 impl PyGrammarMatcher {
     #[new]
-    fn new(py: Python<'_>, engine: &PyEngine, spec: &PyGrammarSpec) -> PyResult<Self> {
-        Ok(PyGrammarMatcher { state: Mutex::new(compile(py, &engine.engine, spec)?.start()) })
+    fn new(py: Python<'_>, loaded: &PyLoadedModel, spec: &PyGrammarSpec) -> PyResult<Self> {
+        Ok(PyGrammarMatcher { state: Mutex::new(compile(py, &loaded.loaded, spec)?.start()) })
     }
 
     /// The ids the grammar allows as the next token, ascending.

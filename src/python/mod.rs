@@ -24,7 +24,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::batch::{BatchEngine, BatchOptions};
-use crate::engine::{Engine, LoadOptions, Session};
+use crate::loaded_model::{LoadedModel, LoadOptions, Session};
 use crate::error::Error;
 use crate::gguf::GgufFile;
 use crate::model::KvDtype;
@@ -37,15 +37,15 @@ use errors::IntoPyResult;
 pub(crate) const BLOCK_TOKENS: usize = 256;
 
 /// A loaded model (see `reprolm.Model` for the documented Python API).
-#[pyclass(frozen, name = "Engine", module = "reprolm._core")]
-pub(crate) struct PyEngine {
-    pub(crate) engine: Arc<Engine>,
+#[pyclass(frozen, name = "LoadedModel", module = "reprolm._core")]
+pub(crate) struct PyLoadedModel {
+    pub(crate) loaded: Arc<LoadedModel>,
     batch_options: BatchOptions,
     /// Started by the first request submitted (and again in a forked child).
     batch: Mutex<Option<Arc<BatchEngine>>>,
 }
 
-impl PyEngine {
+impl PyLoadedModel {
     /// The model's batch engine, started on first use. In a child forked after it started,
     /// the parent's engine thread does not exist: the child starts its own.
     pub(crate) fn batch(&self) -> PyResult<Arc<BatchEngine>> {
@@ -54,16 +54,16 @@ impl PyEngine {
             return Ok(Arc::clone(batch));
         }
         if let Some(stale) = slot.take() {
-            std::mem::forget(stale); // requests of the parent's engine are never served here
+            std::mem::forget(stale); // requests of the parent's batch engine are never served here
         }
-        let batch = Arc::new(BatchEngine::new(Arc::clone(&self.engine), self.batch_options).py()?);
+        let batch = Arc::new(BatchEngine::new(Arc::clone(&self.loaded), self.batch_options).py()?);
         *slot = Some(Arc::clone(&batch));
         Ok(batch)
     }
 }
 
 /// A count given from Python (at least 1); the error names the setting.
-/// `Engine.engine_stats`: see there.
+/// `LoadedModel.engine_stats`: see there.
 type EngineStatsTuple = ((usize, usize, usize, u64, u64, u64, u64, u64, u64, usize), (u64, usize, usize));
 
 fn positive(name: &str, value: i64) -> Result<usize, Error> {
@@ -109,8 +109,8 @@ fn py_option(v: Option<u32>) -> String {
 }
 
 /// Converts Python ints to token ids, rejecting negatives and ids past the vocabulary.
-pub(crate) fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
-    let vocab_size = engine.config().vocab_size;
+pub(crate) fn token_ids(loaded: &LoadedModel, ids: Vec<i64>) -> PyResult<Vec<u32>> {
+    let vocab_size = loaded.config().vocab_size;
     ids.into_iter()
         .map(|id| {
             u32::try_from(id)
@@ -123,7 +123,7 @@ pub(crate) fn token_ids(engine: &Engine, ids: Vec<i64>) -> PyResult<Vec<u32>> {
 }
 
 #[pymethods]
-impl PyEngine {
+impl PyLoadedModel {
     #[new]
     #[pyo3(signature = (path, *, threads=None, isa=None, precision=None, max_concurrent=None, max_queue=None,
                         max_batch_tokens=None, kv_memory=None, kv_dtype=None, prefix_cache_bytes=None))]
@@ -146,8 +146,8 @@ impl PyEngine {
             .transpose()
             .py()?;
         let options = LoadOptions { threads, isa, precision };
-        let engine = py.detach(|| Engine::load(&path, &options)).py()?;
-        let mut batch_options = BatchOptions::defaults_for(&engine);
+        let loaded = py.detach(|| LoadedModel::load(&path, &options)).py()?;
+        let mut batch_options = BatchOptions::defaults_for(&loaded);
         let set = |slot: &mut usize, name: &str, value: Option<i64>| -> PyResult<()> {
             if let Some(v) = value {
                 *slot = positive(name, v).py()?;
@@ -171,7 +171,7 @@ impl PyEngine {
             batch_options.max_batch_tokens = batch_options.max_batch_tokens.max(batch_options.max_concurrent);
         }
         batch_options.validate().py()?;
-        Ok(PyEngine { engine: Arc::new(engine), batch_options, batch: Mutex::new(None) })
+        Ok(PyLoadedModel { loaded: Arc::new(loaded), batch_options, batch: Mutex::new(None) })
     }
 
     /// The batch engine's state: ((waiting, running, kv_bytes, passes, prompt_tokens,
@@ -197,7 +197,7 @@ impl PyEngine {
     /// Bytes of keys and values one position takes in the batch engine's caches.
     #[getter]
     fn kv_bytes_per_position(&self) -> usize {
-        self.engine.kv_bytes_per_position(self.batch_options.kv_dtype)
+        self.loaded.kv_bytes_per_position(self.batch_options.kv_dtype)
     }
 
     /// The number type of the batch engine's caches.
@@ -217,7 +217,7 @@ impl PyEngine {
 
     #[getter]
     fn config(&self) -> PyModelConfig {
-        let c = self.engine.config();
+        let c = self.loaded.config();
         PyModelConfig {
             architecture: c.architecture.clone(),
             n_layers: c.n_layers,
@@ -237,62 +237,62 @@ impl PyEngine {
 
     #[getter]
     fn threads(&self) -> usize {
-        self.engine.n_threads()
+        self.loaded.n_threads()
     }
 
     /// The model file's fingerprint: a 64-bit hash of all its bytes, computed while loading.
     #[getter]
     fn fingerprint(&self) -> u64 {
-        self.engine.fingerprint()
+        self.loaded.fingerprint()
     }
 
     /// Bytes of weights one decoded token reads, as the model holds them.
     #[getter]
     fn weight_bytes_per_token(&self) -> usize {
-        self.engine.llama.weights.bytes_read_per_token()
+        self.loaded.transformer.weights.bytes_read_per_token()
     }
 
     #[getter]
     fn isa(&self) -> &'static str {
-        self.engine.llama.isa.name()
+        self.loaded.transformer.isa.name()
     }
 
     #[getter]
     fn precision(&self) -> &'static str {
-        self.engine.llama.precision().name()
+        self.loaded.transformer.precision().name()
     }
 
     #[getter]
     fn path(&self) -> std::path::PathBuf {
-        self.engine.file.path().to_path_buf()
+        self.loaded.file.path().to_path_buf()
     }
 
     #[pyo3(signature = (text, *, special=false))]
     fn tokenize(&self, py: Python<'_>, text: &str, special: bool) -> PyResult<Vec<u32>> {
-        py.detach(|| self.engine.tokenizer.encode(text, special)).py()
+        py.detach(|| self.loaded.tokenizer.encode(text, special)).py()
     }
 
     fn detokenize(&self, py: Python<'_>, ids: Vec<i64>) -> PyResult<String> {
-        let ids = token_ids(&self.engine, ids)?;
-        py.detach(|| self.engine.tokenizer.decode(&ids)).py()
+        let ids = token_ids(&self.loaded, ids)?;
+        py.detach(|| self.loaded.tokenizer.decode(&ids)).py()
     }
 
     /// Raw bytes of one token.
     fn token_bytes<'py>(&self, py: Python<'py>, id: i64) -> PyResult<Bound<'py, PyBytes>> {
-        let id = token_ids(&self.engine, vec![id])?[0];
-        Ok(PyBytes::new(py, self.engine.tokenizer.token_bytes(id).py()?))
+        let id = token_ids(&self.loaded, vec![id])?[0];
+        Ok(PyBytes::new(py, self.loaded.tokenizer.token_bytes(id).py()?))
     }
 
     /// Logits at every position: float32 array of shape (len(ids), vocab_size). Long inputs
     /// run in blocks of [`BLOCK_TOKENS`] with Ctrl-C checked between them; an interrupted
     /// call changes nothing.
     fn logits<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let ids = token_ids(&self.engine, ids)?;
+        let ids = token_ids(&self.loaded, ids)?;
         if ids.is_empty() {
             return Err(Error::EmptyPrompt).py();
         }
-        let vocab_size = self.engine.config().vocab_size;
-        let mut session = Session::new(Arc::clone(&self.engine), ids.len()).py()?;
+        let vocab_size = self.loaded.config().vocab_size;
+        let mut session = Session::new(Arc::clone(&self.loaded), ids.len()).py()?;
         // [ids.len()][vocab_size], filled block by block
         let mut logits = Vec::new();
         for (i, block) in ids.chunks(BLOCK_TOKENS).enumerate() {
@@ -355,7 +355,7 @@ fn load_numpy_api(py: Python<'_>) -> PyResult<()> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     load_numpy_api(m.py())?;
-    m.add_class::<PyEngine>()?;
+    m.add_class::<PyLoadedModel>()?;
     m.add_class::<PyModelConfig>()?;
     m.add_class::<session::PySession>()?;
     sampling::register(m)?;

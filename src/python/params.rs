@@ -1,6 +1,6 @@
 //! `GenerationParams`: every per-request setting of a generation, checked once when it is
 //! built (see `reprolm.GenerationParams`), and the one conversion of those settings and a
-//! prompt into a [`Request`] for a model.
+//! prompt into a [`GenerationSpec`] for a model.
 
 use pyo3::prelude::*;
 
@@ -8,13 +8,13 @@ use super::errors::IntoPyResult;
 use super::grammar::{compile, PyGrammarSpec};
 use super::sampling::{count, ids_in_vocab, PySamplerConfig};
 use super::speculative::PySpeculative;
-use crate::decode::{Request, StopConditions};
-use crate::engine::Engine;
+use crate::decode::{GenerationSpec, StopConditions};
+use crate::loaded_model::LoadedModel;
 use crate::error::Result;
 use crate::sampling::{LogprobsMode, SamplerConfig};
 
 /// Checked generation settings. The stop token ids are checked against a vocabulary (and the
-/// grammar compiled for it) when they meet a model, in [`PyGenerationParams::request`].
+/// grammar compiled for it) when they meet a model, in [`PyGenerationParams::spec`].
 #[pyclass(frozen, name = "GenerationParams", module = "reprolm._core")]
 pub struct PyGenerationParams {
     max_tokens: usize,
@@ -48,21 +48,21 @@ impl PyGenerationParams {
 
     /// The request for `prompt` on a model of `vocab_size` tokens, without the grammar: the
     /// prompt and stop token ids checked against the vocabulary, the sampler against it.
-    pub(super) fn request(&self, prompt: Vec<i64>, vocab_size: usize) -> Result<Request> {
+    pub(super) fn spec(&self, prompt: Vec<i64>, vocab_size: usize) -> Result<GenerationSpec> {
         let stop = StopConditions {
             max_tokens: self.max_tokens,
             stop_token_ids: ids_in_vocab(self.stop_token_ids.clone(), vocab_size)?,
             stop_strings: self.stop.clone(),
         };
-        Request::new(ids_in_vocab(prompt, vocab_size)?, self.sampler.clone(), stop, vocab_size)
+        GenerationSpec::new(ids_in_vocab(prompt, vocab_size)?, self.sampler.clone(), stop, vocab_size)
     }
 
     /// The request for `prompt` on `engine`'s model, with the grammar compiled for its
     /// vocabulary (GIL released while compiling).
-    pub(super) fn engine_request(&self, py: Python<'_>, engine: &Engine, prompt: Vec<i64>) -> PyResult<Request> {
-        let request = self.request(prompt, engine.config().vocab_size).py()?;
+    pub(super) fn loaded_spec(&self, py: Python<'_>, loaded: &LoadedModel, prompt: Vec<i64>) -> PyResult<GenerationSpec> {
+        let request = self.spec(prompt, loaded.config().vocab_size).py()?;
         match self.grammar(py) {
-            Some(spec) => request.with_grammar(compile(py, engine, spec.get())?).py(),
+            Some(spec) => request.with_grammar(compile(py, loaded, spec.get())?).py(),
             None => Ok(request),
         }
     }

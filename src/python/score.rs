@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 
 use super::errors::IntoPyResult;
 use super::sampling::count;
-use super::{token_ids, PyEngine, BLOCK_TOKENS};
-use crate::engine::Session;
+use super::{token_ids, PyLoadedModel, BLOCK_TOKENS};
+use crate::loaded_model::Session;
 use crate::error::Error;
 use crate::sampling::{score_rows, TokenLogprob};
 
@@ -21,9 +21,9 @@ type ScoredTuple = (u32, f64, bool, Vec<(u32, f64)>);
 /// without logits, the rest with, in blocks of [`BLOCK_TOKENS`] with Ctrl-C checked between
 /// them (any split gives the same bits, docs/theory.md, "The KV cache").
 #[pyfunction]
-#[pyo3(signature = (engine, ids, *, start, top))]
-fn score(py: Python<'_>, engine: &PyEngine, ids: Vec<i64>, start: i64, top: i64) -> PyResult<Vec<ScoredTuple>> {
-    let ids = token_ids(&engine.engine, ids)?;
+#[pyo3(signature = (loaded, ids, *, start, top))]
+fn score(py: Python<'_>, loaded: &PyLoadedModel, ids: Vec<i64>, start: i64, top: i64) -> PyResult<Vec<ScoredTuple>> {
+    let ids = token_ids(&loaded.loaded, ids)?;
     let start = count("start", start).py()?;
     let top = count("top", top).py()?;
     if start == 0 || start >= ids.len() {
@@ -33,8 +33,8 @@ fn score(py: Python<'_>, engine: &PyEngine, ids: Vec<i64>, start: i64, top: i64)
         ))
         .py();
     }
-    let vocab_size = engine.engine.config().vocab_size;
-    let mut session = Session::new(Arc::clone(&engine.engine), ids.len()).py()?;
+    let vocab_size = loaded.loaded.config().vocab_size;
+    let mut session = Session::new(Arc::clone(&loaded.loaded), ids.len()).py()?;
     // ids[..start - 1]: no logits needed.
     while py.detach(|| session.prefill_part(&ids[..start], BLOCK_TOKENS)).py()? > 0 {
         py.check_signals()?;

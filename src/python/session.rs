@@ -15,11 +15,11 @@ use super::errors::IntoPyResult;
 use super::params::PyGenerationParams;
 use super::sampling::{step_tuple, StepTuple};
 use super::speculative::{stats_tuple, StatsTuple};
-use super::{token_ids, PyEngine, BLOCK_TOKENS};
+use super::{token_ids, PyLoadedModel, BLOCK_TOKENS};
 use crate::decode::speculative::SpeculationStats;
 use crate::decode::stream::Generator;
 use crate::decode::Step;
-use crate::engine::{Session, SessionOptions};
+use crate::loaded_model::{Session, SessionOptions};
 use crate::error::{Error, Result};
 use crate::model::{KvDtype, Overflow};
 
@@ -65,9 +65,9 @@ impl PySession {
     /// Builds the request of `params` for `ids` and takes the session out into its generator
     /// (putting it back if the generation cannot start).
     fn start(&self, py: Python<'_>, ids: Vec<i64>, params: &PyGenerationParams) -> PyResult<Generator> {
-        let engine = self.get(|s| Arc::clone(s.engine()))?;
-        let request = params.engine_request(py, &engine, ids)?;
-        let speculation = params.speculative(py).map(|s| s.get()).map(|s| py.detach(|| s.for_engine(&engine, &request))).transpose().py()?;
+        let loaded = self.get(|s| Arc::clone(s.loaded()))?;
+        let request = params.loaded_spec(py, &loaded, ids)?;
+        let speculation = params.speculative(py).map(|s| s.get()).map(|s| py.detach(|| s.for_loaded(&loaded, &request))).transpose().py()?;
         let mut generator = Generator::try_new(self.take()?, request).map_err(|failed| {
             let (e, session) = *failed;
             self.put_back(session);
@@ -113,10 +113,10 @@ fn non_negative(name: &str, v: i64) -> PyResult<usize> {
 #[pymethods]
 impl PySession {
     #[new]
-    #[pyo3(signature = (engine, *, context_length=None, kv_dtype="f32", overflow="error", n_keep=4))]
+    #[pyo3(signature = (loaded, *, context_length=None, kv_dtype="f32", overflow="error", n_keep=4))]
     fn new(
         py: Python<'_>,
-        engine: &PyEngine,
+        loaded: &PyLoadedModel,
         context_length: Option<i64>,
         kv_dtype: &str,
         overflow: &str,
@@ -137,16 +137,16 @@ impl PySession {
             kv_dtype: KvDtype::parse(kv_dtype).py()?,
             overflow: Overflow::parse(overflow, non_negative("n_keep", n_keep)?).py()?,
         };
-        let engine = Arc::clone(&engine.engine);
-        let session = py.detach(|| Session::with_options(engine, &options)).py()?;
+        let loaded = Arc::clone(&loaded.loaded);
+        let session = py.detach(|| Session::with_options(loaded, &options)).py()?;
         Ok(PySession::wrap(session))
     }
 
     /// Restores a session saved with `save` for this engine's model.
     #[staticmethod]
-    fn load(py: Python<'_>, engine: &PyEngine, path: std::path::PathBuf) -> PyResult<Self> {
-        let engine = Arc::clone(&engine.engine);
-        let session = py.detach(|| Session::load(engine, &path)).py()?;
+    fn load(py: Python<'_>, loaded: &PyLoadedModel, path: std::path::PathBuf) -> PyResult<Self> {
+        let loaded = Arc::clone(&loaded.loaded);
+        let session = py.detach(|| Session::load(loaded, &path)).py()?;
         Ok(PySession::wrap(session))
     }
 
@@ -188,8 +188,8 @@ impl PySession {
     /// blocks of `BLOCK_TOKENS` with Ctrl-C checked between them; an interrupted call keeps
     /// the blocks computed so far. The session is busy meanwhile.
     fn feed<'py>(&self, py: Python<'py>, ids: Vec<i64>) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let engine = self.get(|s| Arc::clone(s.engine()))?;
-        let ids = token_ids(&engine, ids)?;
+        let loaded = self.get(|s| Arc::clone(s.loaded()))?;
+        let ids = token_ids(&loaded, ids)?;
         let mut session = self.take()?;
         let logits = feed_blocks(py, &mut session, &ids);
         self.put_back(session);
@@ -241,23 +241,23 @@ impl PySession {
 
 /// A session on `engine` large enough for `prompt_len + max_tokens` positions, its cache of
 /// the batch engine's number type, or `ContextOverflow` when the model's context is shorter.
-pub(super) fn session_for(engine: &PyEngine, prompt_len: usize, max_tokens: usize) -> Result<Session> {
+pub(super) fn session_for(loaded: &PyLoadedModel, prompt_len: usize, max_tokens: usize) -> Result<Session> {
     let needed = prompt_len + max_tokens;
-    let allowed = engine.engine.config().context_length;
+    let allowed = loaded.loaded.config().context_length;
     if needed > allowed {
         return Err(Error::ContextOverflow { requested: needed, allowed });
     }
-    let options = SessionOptions { context_length: Some(needed), kv_dtype: engine.batch_options.kv_dtype, ..Default::default() };
-    Session::with_options(Arc::clone(&engine.engine), &options)
+    let options = SessionOptions { context_length: Some(needed), kv_dtype: loaded.batch_options.kv_dtype, ..Default::default() };
+    Session::with_options(Arc::clone(&loaded.loaded), &options)
 }
 
 
 /// A session for one speculative generation of a prompt of `prompt_len` tokens with the
 /// settings of `params` on `engine` (`ContextOverflowError` beyond the model's context).
 #[pyfunction]
-fn solo_session(py: Python<'_>, engine: &PyEngine, prompt_len: usize, params: &PyGenerationParams) -> PyResult<PySession> {
+fn solo_session(py: Python<'_>, loaded: &PyLoadedModel, prompt_len: usize, params: &PyGenerationParams) -> PyResult<PySession> {
     let max_tokens = params.max_tokens();
-    py.detach(|| session_for(engine, prompt_len, max_tokens)).map(PySession::wrap).py()
+    py.detach(|| session_for(loaded, prompt_len, max_tokens)).map(PySession::wrap).py()
 }
 
 fn chunk(step: Step) -> ChunkTuple {

@@ -8,16 +8,16 @@ use pyo3::prelude::*;
 
 use super::callable::PyCallableModel;
 use super::errors::IntoPyResult;
-use super::PyEngine;
+use super::PyLoadedModel;
 use crate::decode::speculative::{DraftLength, DraftModel, Drafter, PromptLookup, Speculation, SpeculationStats};
-use crate::decode::Request;
-use crate::engine::{Engine, Session};
+use crate::decode::GenerationSpec;
+use crate::loaded_model::{LoadedModel, Session};
 use crate::error::{Error, Result};
 
 /// The drafter a `Speculative` names.
 enum DrafterSpec {
     Lookup(PromptLookup),
-    Model(Arc<Engine>),
+    Model(Arc<LoadedModel>),
     Callable(Py<PyCallableModel>),
 }
 
@@ -42,7 +42,7 @@ fn count(name: &str, v: i64) -> Result<usize> {
 
 impl PySpeculative {
     /// The speculation for `request` on a loaded target model.
-    pub(super) fn for_engine(&self, target: &Engine, request: &Request) -> Result<Speculation<'static>> {
+    pub(super) fn for_loaded(&self, target: &LoadedModel, request: &GenerationSpec) -> Result<Speculation<'static>> {
         let drafter: Box<dyn Drafter> = match &self.drafter {
             DrafterSpec::Lookup(lookup) => Box::new(lookup.clone()),
             DrafterSpec::Model(draft) => {
@@ -66,7 +66,7 @@ impl PySpeculative {
     /// is `draft` (see [`PySpeculative::callable_drafter`]).
     pub(super) fn for_callable<'a>(
         &self,
-        request: &Request,
+        request: &GenerationSpec,
         eos: Option<u32>,
         draft: Option<Box<dyn Drafter + 'a>>,
     ) -> Result<Speculation<'a>> {
@@ -104,8 +104,8 @@ impl PySpeculative {
                     .py();
             }
             DrafterSpec::Lookup(PromptLookup::new(count("ngram_min", ngram_min).py()?, count("ngram_max", ngram_max).py()?).py()?)
-        } else if let Ok(engine) = drafter.cast::<PyEngine>() {
-            DrafterSpec::Model(Arc::clone(&engine.get().engine))
+        } else if let Ok(loaded) = drafter.cast::<PyLoadedModel>() {
+            DrafterSpec::Model(Arc::clone(&loaded.get().loaded))
         } else if let Ok(model) = drafter.cast::<PyCallableModel>() {
             DrafterSpec::Callable(model.clone().unbind())
         } else {

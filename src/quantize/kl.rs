@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::report::KlReport;
-use crate::engine::{Engine, LoadOptions};
+use crate::loaded_model::{LoadedModel, LoadOptions};
 use crate::error::{Error, Result};
 
 /// log-softmax of one row of logits, in f64.
@@ -27,7 +27,7 @@ pub fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
 /// of `text` (tokenized by the source model, without special tokens, cut to the context).
 pub fn next_token_kl(source: &Path, quantized: &Path, text: &str) -> Result<KlReport> {
     let options = LoadOptions::default();
-    let reference = Arc::new(Engine::load(source, &options)?);
+    let reference = Arc::new(LoadedModel::load(source, &options)?);
     let mut ids = reference.tokenizer.encode(text, false)?;
     if ids.is_empty() {
         return Err(Error::EmptyPrompt);
@@ -38,7 +38,7 @@ pub fn next_token_kl(source: &Path, quantized: &Path, text: &str) -> Result<KlRe
         reference.logits(&ids)?
     };
     drop(reference);
-    let candidate = Arc::new(Engine::load(quantized, &options)?);
+    let candidate = Arc::new(LoadedModel::load(quantized, &options)?);
     if candidate.config().vocab_size != vocab {
         return Err(Error::Model(format!(
             "the quantized model has {} tokens, the source {vocab}",

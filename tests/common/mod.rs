@@ -96,18 +96,18 @@ impl Rng {
 }
 
 /// The default model with its weights packed for `precision`, on the kernels of `isa`.
-pub fn load_llama(isa: reprolm::kernels::Isa, precision: reprolm::kernels::Precision) -> reprolm::model::Llama {
-    use reprolm::model::{Llama, LlamaWeights, ModelConfig};
+pub fn load_llama(isa: reprolm::kernels::Isa, precision: reprolm::kernels::Precision) -> reprolm::model::Transformer {
+    use reprolm::model::{Transformer, TransformerWeights, ModelConfig};
     let file = reprolm::gguf::GgufFile::open(model_path()).unwrap();
     let config = ModelConfig::from_gguf(&file).unwrap();
-    let weights = LlamaWeights::from_gguf_with(&file, &config, precision).unwrap();
-    Llama { config, weights, isa }
+    let weights = TransformerWeights::from_gguf_with(&file, &config, precision).unwrap();
+    Transformer { config, weights, isa }
 }
 
 /// The logits `rows` of each of `chunks` fed in turn to one fresh 512-position cache on a
 /// pool of `threads`, concatenated.
 pub fn forward_logits(
-    model: &reprolm::model::Llama,
+    model: &reprolm::model::Transformer,
     threads: usize,
     chunks: &[&[u32]],
     rows: reprolm::model::LogitRows,

@@ -115,7 +115,7 @@ def status(key):
 before = status("VmRSS")
 model = reprolm.Model.load(sys.argv[1], threads=2, precision=sys.argv[2])
 print(json.dumps({"before": before, "peak": status("VmHWM"),
-                  "weights": model._engine.weight_bytes_per_token, "vocab": model.config.vocab_size}))
+                  "weights": model._loaded.weight_bytes_per_token, "vocab": model.config.vocab_size}))
 """
 
 

@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 pub use draft_model::DraftModel;
 pub use lookup::PromptLookup;
 
-use crate::decode::{decoder_for, Finish, Generation, LanguageModel, Request, SequenceDecoder, Step};
+use crate::decode::{decoder_for, Finish, Generation, LanguageModel, GenerationSpec, SequenceDecoder, Step};
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 
@@ -227,7 +227,7 @@ impl Queued {
 /// generation when the drafts are point masses, and the same distribution of them otherwise.
 pub fn generate<M: LanguageModel + ?Sized>(
     model: &mut M,
-    request: Request,
+    request: GenerationSpec,
     speculation: &mut Speculation<'_>,
 ) -> Result<Generation> {
     let mut seq = decoder_for(model, request)?;

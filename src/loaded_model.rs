@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::grammar::{Grammar, GrammarSpec, GrammarVocabulary};
 use crate::kernels::{Isa, Precision};
-use crate::decode::{self, Generation, Request};
-use crate::model::{KvCache, KvCacheOptions, KvDtype, Llama, LlamaWeights, LogitRows, ModelConfig, Overflow, Scratch};
+use crate::decode::{self, Generation, GenerationSpec};
+use crate::model::{KvCache, KvCacheOptions, KvDtype, Transformer, TransformerWeights, LogitRows, ModelConfig, Overflow, Scratch};
 use crate::threads::ThreadPool;
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
 
@@ -27,9 +27,9 @@ pub struct LoadOptions {
 /// Upper bound on `threads`, far above any useful value, to reject typos early.
 const MAX_THREADS: usize = 1024;
 
-pub struct Engine {
+pub struct LoadedModel {
     pub file: GgufFile,
-    pub llama: Llama,
+    pub transformer: Transformer,
     pub tokenizer: Arc<Tokenizer>,
     pool: ThreadPool,
     /// The model file's fingerprint ([`crate::gguf::fingerprint`]), computed while loading.
@@ -38,8 +38,8 @@ pub struct Engine {
     grammar_vocabulary: OnceLock<GrammarVocabulary>,
 }
 
-impl Engine {
-    pub fn load(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Engine> {
+impl LoadedModel {
+    pub fn load(path: impl AsRef<Path>, options: &LoadOptions) -> Result<LoadedModel> {
         let threads = match options.threads {
             None => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             Some(n) if (1..=MAX_THREADS).contains(&n) => n,
@@ -65,7 +65,7 @@ impl Engine {
         }
         let config = ModelConfig::from_gguf(&file)?;
         let pool = ThreadPool::new(threads)?;
-        let (weights, fingerprint) = LlamaWeights::load(&file, &config, precision, &pool)?;
+        let (weights, fingerprint) = TransformerWeights::load(&file, &config, precision, &pool)?;
         let tokenizer = Tokenizer::from_spec(TokenizerSpec::from_gguf(&file)?)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(Error::Model(format!(
@@ -74,9 +74,9 @@ impl Engine {
                 config.vocab_size
             )));
         }
-        Ok(Engine {
+        Ok(LoadedModel {
             file,
-            llama: Llama { config, weights, isa },
+            transformer: Transformer { config, weights, isa },
             tokenizer: Arc::new(tokenizer),
             pool,
             fingerprint,
@@ -85,7 +85,7 @@ impl Engine {
     }
 
     pub fn config(&self) -> &ModelConfig {
-        &self.llama.config
+        &self.transformer.config
     }
 
     pub fn n_threads(&self) -> usize {
@@ -165,7 +165,7 @@ pub(crate) fn available_memory() -> Option<usize> {
 /// How to make a [`Session`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionOptions {
-    /// Positions the cache holds (default: [`Engine::default_context_length`]).
+    /// Positions the cache holds (default: [`LoadedModel::default_context_length`]).
     pub context_length: Option<usize>,
     pub kv_dtype: KvDtype,
     pub overflow: Overflow,
@@ -184,7 +184,7 @@ impl Default for SessionOptions {
 /// kept prefix needs), the cache restarts empty and the next call recomputes the prefix,
 /// which gives the same bits as if it had never been dropped (docs/theory.md, "The KV cache").
 pub struct Session {
-    pub(crate) engine: Arc<Engine>,
+    pub(crate) loaded: Arc<LoadedModel>,
     pub(crate) cache: KvCache,
     pub(crate) scratch: Scratch,
     /// [n_tokens] every id of the sequence, in position order
@@ -193,25 +193,25 @@ pub struct Session {
 
 impl Session {
     /// A session whose f32 cache holds up to `capacity` positions and refuses to overflow.
-    pub fn new(engine: Arc<Engine>, capacity: usize) -> Result<Session> {
-        Session::with_options(engine, &SessionOptions { context_length: Some(capacity), ..Default::default() })
+    pub fn new(loaded: Arc<LoadedModel>, capacity: usize) -> Result<Session> {
+        Session::with_options(loaded, &SessionOptions { context_length: Some(capacity), ..Default::default() })
     }
 
-    pub fn with_options(engine: Arc<Engine>, options: &SessionOptions) -> Result<Session> {
-        let capacity = options.context_length.unwrap_or_else(|| engine.default_context_length(options.kv_dtype));
+    pub fn with_options(loaded: Arc<LoadedModel>, options: &SessionOptions) -> Result<Session> {
+        let capacity = options.context_length.unwrap_or_else(|| loaded.default_context_length(options.kv_dtype));
         let cache = KvCache::with_options(
-            engine.config(),
+            loaded.config(),
             &KvCacheOptions { capacity, dtype: options.kv_dtype, overflow: options.overflow },
         )?;
-        Ok(Session::from_parts(engine, cache, Vec::new()))
+        Ok(Session::from_parts(loaded, cache, Vec::new()))
     }
 
-    pub(crate) fn from_parts(engine: Arc<Engine>, cache: KvCache, tokens: Vec<u32>) -> Session {
-        Session { engine, cache, scratch: Scratch::default(), tokens }
+    pub(crate) fn from_parts(loaded: Arc<LoadedModel>, cache: KvCache, tokens: Vec<u32>) -> Session {
+        Session { loaded, cache, scratch: Scratch::default(), tokens }
     }
 
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+    pub fn loaded(&self) -> &Arc<LoadedModel> {
+        &self.loaded
     }
 
     /// Every id of the sequence so far.
@@ -249,7 +249,7 @@ impl Session {
         if ids.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        self.engine.check_ids(ids)?;
+        self.loaded.check_ids(ids)?;
         let old_len = self.tokens.len();
         self.cache.check_fits(old_len - self.cache.len() + ids.len())?;
         self.tokens.extend_from_slice(ids);
@@ -263,10 +263,10 @@ impl Session {
     /// Runs `tokens[cache.len()..]` in as few forward calls as the cache allows (one, unless
     /// a full sliding window forces one token per call); the last `n_new` are the caller's.
     fn run_pending(&mut self, rows: LogitRows, n_new: usize) -> Result<()> {
-        let engine = &*self.engine;
+        let loaded = &*self.loaded;
         let total = self.tokens.len();
         let first_new = total - n_new;
-        let vocab = engine.config().vocab_size;
+        let vocab = loaded.config().vocab_size;
         let mut gathered: Option<Vec<f32>> = None;
         while self.cache.len() < total {
             let a = self.cache.len();
@@ -277,7 +277,7 @@ impl Session {
                 LogitRows::All if b > first_new => LogitRows::All,
                 _ => LogitRows::None,
             };
-            engine.llama.forward(&engine.pool, &mut self.cache, &mut self.scratch, &self.tokens[a..b], batch_rows)?;
+            loaded.transformer.forward(&loaded.pool, &mut self.cache, &mut self.scratch, &self.tokens[a..b], batch_rows)?;
             if batch_rows == LogitRows::All && !(a == first_new && b == total) {
                 let skip = first_new.saturating_sub(a);
                 gathered.get_or_insert_with(Vec::new).extend_from_slice(&self.scratch.logits[skip * vocab..(b - a) * vocab]);
@@ -331,7 +331,7 @@ impl Session {
     /// tokens): the prefix `prompt` shares with the session is reused, the rest computed. With
     /// the `Error` policy, `prompt.len() + max_tokens` must fit the cache, checked before any
     /// work. Afterwards the session holds the prompt and the generated ids but the last.
-    pub fn generate(&mut self, request: Request) -> Result<Generation> {
+    pub fn generate(&mut self, request: GenerationSpec) -> Result<Generation> {
         self.check_generation(request.prompt.len(), request.stop.max_tokens)?;
         decode::generate(self, request)
     }
@@ -356,11 +356,11 @@ impl Session {
 
 impl decode::LanguageModel for Session {
     fn vocab_size(&self) -> usize {
-        self.engine.config().vocab_size
+        self.loaded.config().vocab_size
     }
 
     fn eos_id(&self) -> Option<u32> {
-        self.engine.config().eos_id
+        self.loaded.config().eos_id
     }
 
     fn next_logits(&mut self, context: &[u32]) -> Result<Vec<f32>> {
@@ -399,18 +399,18 @@ mod tests {
         let ids = [1u32, 5, 9, 13, 2, 7];
         for threads in [1, 2, 3] {
             let options = LoadOptions { threads: Some(threads), ..Default::default() };
-            let engine = Arc::new(Engine::load(path, &options).unwrap());
-            let vocab = engine.config().vocab_size;
-            let expected = engine.logits(&ids).unwrap();
+            let loaded = Arc::new(LoadedModel::load(path, &options).unwrap());
+            let vocab = loaded.config().vocab_size;
+            let expected = loaded.logits(&ids).unwrap();
             for countdown in [1, 2, 7, 15] {
-                let mut session = Session::new(Arc::clone(&engine), 16).unwrap();
+                let mut session = Session::new(Arc::clone(&loaded), 16).unwrap();
                 session.forward(&ids[..2], LogitRows::None).unwrap();
-                engine.pool.panic_countdown.store(countdown, SeqCst);
+                loaded.pool.panic_countdown.store(countdown, SeqCst);
                 match session.forward(&ids[2..], LogitRows::All) {
                     Err(Error::Internal(m)) => assert!(m.contains("a fault injected"), "{m}"),
                     other => panic!("expected an internal error, got {other:?}"),
                 }
-                assert_eq!(engine.pool.panic_countdown.load(SeqCst), 0, "the fault fired in that pass");
+                assert_eq!(loaded.pool.panic_countdown.load(SeqCst), 0, "the fault fired in that pass");
                 assert_eq!(session.cache.len(), 0);
                 session.forward(&ids[2..], LogitRows::All).unwrap();
                 assert_eq!(bits(&session.scratch.logits), bits(&expected[2 * vocab..]));

@@ -22,7 +22,7 @@
 use super::config::{ModelConfig, RopeStyle};
 use super::kv_cache::KvCache;
 use super::rowwise;
-use super::weights::{LayerWeights, LlamaWeights, Matrix};
+use super::weights::{LayerWeights, TransformerWeights, Matrix};
 use crate::error::{Error, Result};
 use crate::kernels::{
     elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa, MatRef,
@@ -50,10 +50,10 @@ pub struct SeqInput<'a> {
 }
 
 /// A Llama model: configuration, weights (packed for a [`Precision`], see
-/// [`Llama::precision`]) and the kernel path to run on.
-pub struct Llama {
+/// [`Transformer::precision`]) and the kernel path to run on.
+pub struct Transformer {
     pub config: ModelConfig,
-    pub weights: LlamaWeights,
+    pub weights: TransformerWeights,
     pub isa: Isa,
 }
 
@@ -139,7 +139,7 @@ fn chunks_for(pool: &ThreadPool, units: usize) -> usize {
     units.min(CHUNKS_PER_THREAD * pool.n_threads()).max(1)
 }
 
-impl Llama {
+impl Transformer {
     /// Runs `tokens` at positions `cache.len()..` and appends them to the cache. Logits of
     /// the requested rows are left in `scratch.logits` ([rows][vocab_size]).
     pub fn forward(
