@@ -98,8 +98,9 @@ def run_reprolm(model_path: str, threads: int, precision: str) -> dict[str, floa
     int(np.argmax(session.prefill(prompt_ids(TTFT_TOKENS, vocab))))
     ttft = time.perf_counter() - t0
     return {"load": load, "first_token": first_token, "prefill": prefill, "decode": decode, "ttft": ttft,
-            # An older build (--baseline) may not tell.
-            "bytes_per_token": getattr(model._loaded, "weight_bytes_per_token", float("nan"))}
+            # An older build (--baseline) may not tell, or hold its loaded model as `_engine`.
+            "bytes_per_token": getattr(getattr(model, "_loaded", None) or getattr(model, "_engine", None),
+                                       "weight_bytes_per_token", float("nan"))}
 
 
 def run_llamacpp(model_path: str, threads: int, precision: str) -> dict[str, float]:
