@@ -47,10 +47,9 @@ pub trait WeightGroup {
     /// caps it): more rows keep more independent FMA chains in flight.
     const DECODE_TILE_ROWS: usize = 4;
     /// Most weight rows per tile of several tokens (the ISA's [`Lanes16::PREFILL_TILE_ROWS`]
-    /// caps it). Measured on Zen 4 (`cargo bench --bench kernels -- prefill`), 3 rows x 4
-    /// tokens against 2: F32 7-12% and F16 3-10% faster; BF16, Q8_0, Q5_0, Q5_K and Q6_K
-    /// within noise; Q4_1, Q4_K and Q5_1 up to 14% slower (their weight unpacking needs
-    /// registers that the 24 accumulators take). So 3 for the float types only.
+    /// caps it). 3 rows x 4 tokens keeps 24 accumulators in registers; that pays for the
+    /// float types, whose groups need no unpacking registers, and not for the quantized ones
+    /// (`cargo bench --bench kernels -- prefill` compares the two).
     const PREFILL_TILE_ROWS: usize = 2;
     /// The group's 32 values (float types) or integer codes (quantized types) as two
     /// 16-lane halves, converted exactly.

@@ -378,8 +378,8 @@ impl IntLanes for Vnni {
     }
     /// Several tokens: word by word, every `(row, token)` integer sum kept in a register,
     /// so a tile holds two code words per row instead of a whole chunk's eight, and each
-    /// activation word is loaded once for all the tile's rows (8-10% faster than
-    /// `wide_chunk_dots` at 16 tokens, `examples/int8_speed.rs`).
+    /// activation word is loaded once for all the tile's rows (`examples/int8_speed.rs` times
+    /// it against `wide_chunk_dots`).
     #[inline(always)]
     unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
         rows: &[*const u8; NR],
