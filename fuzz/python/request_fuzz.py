@@ -40,8 +40,10 @@ if _FUZZING:
 
 with atheris.instrument_imports(include=["reprolm"]) if _FUZZING else contextlib.nullcontext():
     from reprolm import Model, errors
-    from reprolm.server import _app
-    from reprolm.server._app import ServerConfig, _Server
+    from reprolm.server._config import ServerConfig
+    from reprolm.server._protocol import (engine_error, generation_params, prompt_ids, response_grammar,
+                                          token_limit)
+    from reprolm.server._state import Server
     from reprolm.server._compat import max_tokens_of
     from reprolm.server._errors import ApiError
     from reprolm.server._schema import (ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, parse_json,
@@ -59,27 +61,27 @@ def _model_path() -> Path:
     return cache / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-_SERVER: Optional[_Server] = None
+_SERVER: Optional[Server] = None
 
 
-def _server() -> _Server:
+def _server() -> Server:
     """One server state over the default model (loaded once, one thread), as ``reprolm serve
     --alias reprolm --max-concurrent 4 --max-queue 12`` would hold it."""
     global _SERVER
     if _SERVER is None:
         config = ServerConfig(_model_path(), alias=ALIAS, threads=1, max_concurrent=4, max_queue=12)
         model = Model.load(config.model_path, threads=1, max_concurrent=config.max_concurrent)
-        _SERVER = _Server(config, model)
+        _SERVER = Server(config, model)
     return _SERVER
 
 
-def _sequences(server: _Server, count: int, param: str) -> None:
+def _sequences(server: Server, count: int, param: str) -> None:
     """The server's check of the sequences a request asks for (undone: nothing is submitted)."""
     server.reserve(count, param)
     server.in_flight -= count
 
 
-def _completions(server: _Server, data: dict[str, Any]) -> None:
+def _completions(server: Server, data: dict[str, Any]) -> None:
     """``POST /v1/completions`` up to the engine (``create_app.completions``)."""
     model = server.ready_model()
     body: CompletionBody = validate(CompletionBody, data)
@@ -87,19 +89,18 @@ def _completions(server: _Server, data: dict[str, Any]) -> None:
     if body.best_of is not None and body.best_of != body.n:
         raise ApiError(400, "invalid value for 'best_of': only best_of = n is supported", param="best_of",
                        code="invalid_value")
-    prompts, texts = _app._prompts(model, body.prompt)
+    prompts, texts = prompt_ids(model, body.prompt)
     context = server.context_length
     requested, param = max_tokens_of(body.max_tokens, body.model_fields_set, body.n_predict)
-    limits = [_app._limit(requested, len(p), context, "prompt", param) for p in prompts]
-    samplers = _app._samplers(body, model.config.vocab_size)
-    assert len(samplers) == body.n and len(limits) == len(prompts) == len(texts)
+    limits = [token_limit(requested, len(p), context, "prompt", param) for p in prompts]
+    params = generation_params(body, model.config.vocab_size, limits, logprobs=body.logprobs,
+                               grammar=response_grammar(body))
+    assert len(params) == len(prompts) == len(texts) and all(len(row) == body.n for row in params)
     assert all(0 <= m <= context - len(p) for m, p in zip(limits, prompts))
-    _app._grammar(body)
-    _app._stops(body.stop)
     _sequences(server, len(prompts) * body.n, "prompt")
 
 
-def _chat(server: _Server, data: dict[str, Any]) -> None:
+def _chat(server: Server, data: dict[str, Any]) -> None:
     """``POST /v1/chat/completions`` up to the engine (``create_app.chat``)."""
     model = server.ready_model()
     body: ChatBody = validate(ChatBody, data)
@@ -107,20 +108,20 @@ def _chat(server: _Server, data: dict[str, Any]) -> None:
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "invalid value for 'top_logprobs': it needs 'logprobs': true", param="top_logprobs",
                        code="invalid_value")
-    prompt = chat_prompt(model, body, data, lambda: _app._grammar(body))
+    prompt = chat_prompt(model, body, data, lambda: response_grammar(body))
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     requested, param = max_tokens_of(requested, body.model_fields_set, body.n_predict, param)
-    limit = _app._limit(requested, len(prompt.ids), server.context_length, "messages", param)
+    limit = token_limit(requested, len(prompt.ids), server.context_length, "messages", param)
     assert 0 <= limit <= server.context_length - len(prompt.ids)
     assert all(0 <= t < model.config.vocab_size for t in prompt.ids)
-    samplers = _app._samplers(body, model.config.vocab_size)
-    assert len(samplers) == body.n
-    _app._stops(body.stop)
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    params = generation_params(body, model.config.vocab_size, [limit], logprobs=logprobs, grammar=prompt.grammar)
+    assert len(params) == 1 and len(params[0]) == body.n
     _sequences(server, body.n, "messages")
 
 
-def _tokenize(server: _Server, data: dict[str, Any]) -> None:
+def _tokenize(server: Server, data: dict[str, Any]) -> None:
     model = server.ready_model()
     body: TokenizeBody = validate(TokenizeBody, data)
     server.check_model_name(body.model)
@@ -128,7 +129,7 @@ def _tokenize(server: _Server, data: dict[str, Any]) -> None:
     assert all(0 <= t < model.config.vocab_size for t in ids)
 
 
-def _detokenize(server: _Server, data: dict[str, Any]) -> None:
+def _detokenize(server: Server, data: dict[str, Any]) -> None:
     model = server.ready_model()
     body: DetokenizeBody = validate(DetokenizeBody, data)
     server.check_model_name(body.model)
@@ -140,7 +141,7 @@ def _detokenize(server: _Server, data: dict[str, Any]) -> None:
     model.detokenize(body.tokens)
 
 
-ENDPOINTS: list[Callable[[_Server, dict[str, Any]], None]] = [_completions, _chat, _tokenize, _detokenize]
+ENDPOINTS: list[Callable[[Server, dict[str, Any]], None]] = [_completions, _chat, _tokenize, _detokenize]
 
 
 def one_input(data: bytes) -> None:
@@ -154,7 +155,7 @@ def one_input(data: bytes) -> None:
         try:
             endpoint(server, parse_json(data[1:]))
         except errors.ReprolmError as e:  # what the server's handler does with one
-            raise _app._engine_error(e, "prompt") from None
+            raise engine_error(e, "prompt") from None
     except ApiError as e:
         assert e.status == 400 or (e.status == 404 and e.code == "model_not_found"), (e.status, e.message)
         body = e.body()["error"]
