@@ -37,6 +37,7 @@ __all__ = [
     "GrammarMatcher",
     "Speculative",
     "solo_session",
+    "GenerationParams",
     "__version__",
 ]
 
