@@ -617,3 +617,53 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
         NT
     }
 }
+
+/// The ISA modules hold no closures: a closure does not inherit the target features of the
+/// function it is written in, so the intrinsics inside it can stay calls, one per
+/// instruction (the int8 AVX2 kernel once ran several times slower so). `per_index!` and
+/// loops write such expressions in place.
+#[cfg(test)]
+mod simd_sources {
+    const SOURCES: [(&str, &str); 4] = [
+        ("int8/avx2.rs", include_str!("int8/avx2.rs")),
+        ("int8/avx512.rs", include_str!("int8/avx512.rs")),
+        ("lanes/avx2.rs", include_str!("lanes/avx2.rs")),
+        ("lanes/avx512.rs", include_str!("lanes/avx512.rs")),
+    ];
+
+    /// The byte offsets of closures on a line of code: a `|` that opens a parameter list,
+    /// after `(`, `,`, `=` or `move` (where `|` cannot be an operator), and is closed on the
+    /// line.
+    fn closures(code: &str) -> Vec<usize> {
+        let b = code.as_bytes();
+        (0..b.len())
+            .filter(|&i| b[i] == b'|' && (i == 0 || b[i - 1] != b'|'))
+            .filter(|&i| {
+                let before = code[..i].trim_end();
+                let opens = before.ends_with(['(', ',', '=']) && !before.ends_with("==") && !before.ends_with("!=")
+                    || before.ends_with("move");
+                opens && code[i + 1..].contains('|')
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_detector_finds_closures_and_not_operators() {
+        assert_eq!(closures("let half = |h: usize| x(h);"), vec![11]);
+        assert_eq!(closures("f(a, || 1, move |x| x)"), vec![5, 16]);
+        assert!(closures("let m = a | b; if p || q { c |= d }").is_empty());
+    }
+
+    #[test]
+    fn isa_modules_hold_no_closures() {
+        for (file, source) in SOURCES {
+            for (n, line) in source.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                if code.contains("per_index!(") {
+                    continue;
+                }
+                assert!(closures(code).is_empty(), "src/kernels/{file}:{}: a closure: {line}", n + 1);
+            }
+        }
+    }
+}

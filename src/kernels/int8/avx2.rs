@@ -139,8 +139,9 @@ impl IntLanes for Avx2I32 {
                 }
             }
             let (s0, s1) = q6_sub_scales(sub, n);
-            let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
-            (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
+            let sc0: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s0.as_ptr().add(8 * h).cast()));
+            let sc1: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s1.as_ptr().add(8 * h).cast()));
+            (w, sc0, sc1)
         }
     }
     /// ([word][half] of `u`, `sc_0` per half, `sc_1` per half)
@@ -164,8 +165,9 @@ impl IntLanes for Avx2I32 {
                 }
             }
             let (s0, s1) = q6_sub_scales(sub, n);
-            let load = |s: &[i32; 16], h: usize| _mm256_loadu_si256(s.as_ptr().add(8 * h).cast());
-            (w, [load(&s0, 0), load(&s0, 1)], [load(&s1, 0), load(&s1, 1)])
+            let sc0: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s0.as_ptr().add(8 * h).cast()));
+            let sc1: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s1.as_ptr().add(8 * h).cast()));
+            (w, sc0, sc1)
         }
     }
     /// `maddubs` of `u <= 63` and `|x| <= 127`: pair sums at most `2 * 63 * 127 = 16002`,
@@ -243,15 +245,16 @@ impl IntLanes for Avx2I32 {
         // names (the `IntLanes` contract).
         unsafe {
             let ones = _mm256_set1_epi16(1);
-            let half = |h: usize| {
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, o) in out.iter_mut().enumerate() {
                 let mut s = _mm256_maddubs_epi16(w[0][h], _mm256_loadu_si256(x.add(32 * h).cast()));
                 for k in 1..8 {
                     let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k][h], xk));
                 }
-                _mm256_madd_epi16(s, ones)
-            };
-            Avx2I32(half(0), half(1))
+                *o = _mm256_madd_epi16(s, ones);
+            }
+            Avx2I32(out[0], out[1])
         }
     }
     /// `|q| * sign(q) x`: `|q| <= 128`, `|sign(q) x| <= 127`, so each `maddubs` pair sum is
@@ -263,16 +266,15 @@ impl IntLanes for Avx2I32 {
         unsafe {
             let ones = _mm256_set1_epi16(1);
             let (abs, raw) = w;
-            let half = |h: usize| {
-                let mut acc = _mm256_setzero_si256();
+            let mut out = [_mm256_setzero_si256(); 2];
+            for (h, acc) in out.iter_mut().enumerate() {
                 for k in 0..8 {
                     let xk = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
                     let p = _mm256_maddubs_epi16(abs[k][h], _mm256_sign_epi8(xk, raw[k][h]));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(p, ones));
                 }
-                acc
-            };
-            Avx2I32(half(0), half(1))
+            }
+            Avx2I32(out[0], out[1])
         }
     }
     #[inline(always)]
@@ -280,8 +282,8 @@ impl IntLanes for Avx2I32 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `qsum` is valid for the bytes this method
         // names (the `IntLanes` contract).
         unsafe {
-            let q = |h: usize| _mm256_slli_epi32(_mm256_loadu_si256(qsum.add(8 * h).cast()), 3);
-            Avx2I32(_mm256_sub_epi32(self.0, q(0)), _mm256_sub_epi32(self.1, q(1)))
+            let q: [__m256i; 2] = per_index!(2, |h| _mm256_slli_epi32(_mm256_loadu_si256(qsum.add(8 * h).cast()), 3));
+            Avx2I32(_mm256_sub_epi32(self.0, q[0]), _mm256_sub_epi32(self.1, q[1]))
         }
     }
     #[inline(always)]

@@ -141,11 +141,11 @@ impl IntLanes for Vnni {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `h` is valid for the bytes this
         // method names (the `IntLanes` contract).
         unsafe {
-            let word = |p: *const u8| std::ptr::read_unaligned(p.cast::<u32>());
+            let word = std::ptr::read_unaligned::<u32>;
             let (sc0, m0) = q4k_scales_mins(&*h.cast::<[u8; Q4K_HEADER]>());
-            let ((sc1, m1), dd1) = if n == 16 { (q4k_scales_mins(&*h.add(Q4K_HEADER).cast::<[u8; Q4K_HEADER]>()), word(h.add(Q4K_HEADER))) } else { (([0; 8], [0; 8]), 0) };
+            let ((sc1, m1), dd1) = if n == 16 { (q4k_scales_mins(&*h.add(Q4K_HEADER).cast::<[u8; Q4K_HEADER]>()), word(h.add(Q4K_HEADER).cast())) } else { (([0; 8], [0; 8]), 0) };
             // [d_0, dmin_0, d_1, dmin_1]
-            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h) as i32));
+            let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h.cast()) as i32));
             let dw = _mm512_mul_ps(spread8(f, 0, 2), ints(sc0, sc1));
             let dm = _mm512_mul_ps(spread8(f, 1, 3), ints(m0, m1));
             let mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), _mm512_set1_epi32(i32::MIN)));
@@ -234,9 +234,11 @@ impl IntLanes for Vnni {
             let idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
             let high = _mm512_permutexvar_epi32(idx, lanes512(codes.add(16 * n), n));
             let shift = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
-            let hb = |s: __m512i| _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi32(high, s), one), 4);
-            let (h0, h1) = (hb(shift), hb(_mm512_add_epi32(shift, _mm512_set1_epi32(4))));
-            [_mm512_or_si512(_mm512_and_si512(v, m4), h0), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), h1)]
+            let hb: [__m512i; 2] = per_index!(2, |i| {
+                let s = _mm512_add_epi32(shift, _mm512_set1_epi32(4 * i as i32));
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi32(high, s), one), 4)
+            });
+            [_mm512_or_si512(_mm512_and_si512(v, m4), hb[0]), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1])]
         }
     }
     /// Each half: 4 `vpdpbusd` of `u <= 63` and `|x| <= 127`, at most
