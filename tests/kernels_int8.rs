@@ -4,11 +4,12 @@
 
 use crate::common;
 
+use common::int8::{int8_isas, random_acts, run};
 use common::Rng;
 
 use reprolm::kernels::packed::{chunk_rows, pack_rows, packed_row_bytes};
 use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
-use reprolm::kernels::{matmul_rows_int8, Isa, MatRef, Disjoint};
+use reprolm::kernels::{Isa, MatRef};
 use reprolm::tensor::{GgmlType, KernelGroup};
 
 
@@ -20,10 +21,6 @@ const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
 const SHAPES: [(usize, usize); 10] =
     [(1, 32), (7, 64), (33, 96), (2, 160), (3, 288), (24, 512), (3, 544), (40, 576), (3, 672), (37, 1536)];
 const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
-
-fn int8_isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.int8_available()).collect()
-}
 
 /// Random ggml rows of `ty` with finite, moderate scales (some negative) and random codes.
 fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
@@ -39,27 +36,6 @@ fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u
         bytes.extend((0..n).map(|_| rng.byte()));
     }
     bytes
-}
-
-/// Activations with groups of very different magnitudes, and an all-zero group.
-fn random_acts(rng: &mut Rng, n_tokens: usize, cols: usize) -> Vec<f32> {
-    let mut x: Vec<f32> = (0..n_tokens * cols).map(|_| rng.unit()).collect();
-    for (i, g) in x.chunks_exact_mut(32).enumerate() {
-        let scale = [1.0, 30.0, 1e-3, 0.0, 4.0][i % 5];
-        g.iter_mut().for_each(|v| *v *= scale);
-    }
-    x
-}
-
-fn run(isa: Isa, m: &MatRef, act: &QuantizedRows) -> Vec<u32> {
-    let mut out = vec![0f32; act.n_tokens * m.rows];
-    // Two uneven row ranges, as two threads would split them.
-    let cut = m.rows / 3;
-    for rows in [0..cut, cut..m.rows] {
-        // SAFETY: one call at a time, on this thread: no other thread touches `out`.
-        unsafe { matmul_rows_int8(isa, m, act, rows, Disjoint::new(&mut out), m.rows) };
-    }
-    out.iter().map(|v| v.to_bits()).collect()
 }
 
 /// One packed (grouped layout) row's integer weights per value and f16 scales per group:

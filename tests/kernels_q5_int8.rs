@@ -6,12 +6,12 @@
 //! full, padded and narrow last chunks) and on the real Q5_0 tensors of the Gemma 3 270M
 //! file (640 columns: a narrow last chunk of 4 groups).
 
+use crate::common::int8::{check_against_definition, random_ggml_matrix};
 use crate::common::{cached_model, Rng};
 
 use reprolm::gguf::GgufFile;
-use reprolm::kernels::packed::{dequantize_packed_row_in, layout_row_bytes, pack_rows_in, Layout};
+use reprolm::kernels::packed::{dequantize_packed_row_in, pack_rows_in, Layout};
 use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
-use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
 const TYPES: [GgmlType; 2] = [GgmlType::Q5_0, GgmlType::Q5_1];
@@ -22,9 +22,6 @@ const SHAPES: [(usize, usize); 11] =
     [(1, 32), (7, 64), (2, 128), (33, 160), (3, 288), (24, 512), (3, 544), (40, 576), (5, 640), (3, 672), (37, 1536)];
 const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
 
-fn int8_isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::Avx512].into_iter().filter(|i| i.int8_available()).collect()
-}
 
 fn f16(b: &[u8]) -> f32 {
     half::f16::from_le_bytes([b[0], b[1]]).to_f32()
@@ -113,76 +110,9 @@ fn definition(ty: GgmlType, w: &(Vec<i64>, Vec<f32>, Vec<f32>), act: &QuantizedR
     acc[0]
 }
 
-/// Random ggml rows with finite f16 scales of either sign and random codes.
-fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
-    let mut bytes: Vec<u8> = (0..rows * ty.row_bytes(cols)).map(|_| rng.byte()).collect();
-    for b in bytes.chunks_exact_mut(ty.block_bytes()) {
-        for &at in ty.spec().f16_fields {
-            // Exponent fields 0, 4, 8 or 12 (subnormals up to 2^-2 in magnitude).
-            b[at + 1] &= 0b1011_0011;
-        }
-    }
-    bytes
-}
-
-/// Activations with groups of very different magnitudes, and an all-zero group.
-fn random_acts(rng: &mut Rng, n_tokens: usize, cols: usize) -> Vec<f32> {
-    let mut x: Vec<f32> = (0..n_tokens * cols).map(|_| rng.unit()).collect();
-    for (i, g) in x.chunks_exact_mut(32).enumerate() {
-        let scale = [1.0, 30.0, 1e-3, 0.0, 4.0, 0.25, 7.0][i % 7];
-        g.iter_mut().for_each(|v| *v *= scale);
-    }
-    x
-}
-
-fn run(isa: Isa, m: &MatRef, act: &QuantizedRows) -> Vec<u32> {
-    let mut out = vec![0f32; act.n_tokens * m.rows];
-    // Two uneven row ranges, as two threads would split them.
-    let cut = m.rows / 3;
-    for rows in [0..cut, cut..m.rows] {
-        // SAFETY: one call at a time, on this thread: no other thread touches `out`.
-        unsafe { matmul_rows_int8(isa, m, act, rows, Disjoint::new(&mut out), m.rows) };
-    }
-    out.iter().map(|v| v.to_bits()).collect()
-}
-
-/// Packs `ggml` (`rows` rows) for int8 and checks, for each token count: every ISA equals
-/// the scalar twin, the scalar twin equals the definition, and the packed rows dequantize to
-/// ggml's values.
+/// [`check_against_definition`] with this file's decoder and definition.
 fn check(ty: GgmlType, rows: usize, cols: usize, ggml: &[u8], tokens: &[usize], rng: &mut Rng, what: &str) {
-    let rb = ty.row_bytes(cols);
-    let pb = layout_row_bytes(ty, Layout::Chunked, cols);
-    assert_eq!(pb, rb, "{what}: the int8 layout takes ggml's bytes");
-    let mut packed = vec![0u8; rows * pb];
-    // Packed in two row ranges, as two threads would: a pure function of the rows.
-    let cut = rows / 2;
-    let (a, b) = packed.split_at_mut(cut * pb);
-    pack_rows_in(ty, Layout::Chunked, cols, &ggml[..cut * rb], a);
-    pack_rows_in(ty, Layout::Chunked, cols, &ggml[cut * rb..], b);
-    let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
-    for r in 0..rows {
-        dequantize_row(ty, &ggml[r * rb..(r + 1) * rb], &mut a);
-        dequantize_packed_row_in(ty, Layout::Chunked, &packed[r * pb..(r + 1) * pb], &mut b);
-        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what}: row {r} dequantized");
-    }
-    let m = MatRef { ty, rows, cols, data: &packed };
-    let decoded: Vec<_> = (0..rows).map(|r| decode(ty, &ggml[r * rb..(r + 1) * rb])).collect();
-    for &n_tokens in tokens {
-        let x = random_acts(rng, n_tokens, cols);
-        let mut act = QuantizedRows::default();
-        act.quantize(Isa::Scalar, &x, cols, n_tokens);
-        let scalar = run(Isa::Scalar, &m, &act);
-        for isa in int8_isas() {
-            assert!(run(isa, &m, &act) == scalar, "{what} T={n_tokens} on {}", isa.name());
-        }
-        for t in 0..n_tokens {
-            for (r, w) in decoded.iter().enumerate() {
-                let want = definition(ty, w, &act, t, cols);
-                let got = f32::from_bits(scalar[t * rows + r]);
-                assert_eq!(got.to_bits(), want.to_bits(), "{what} T={n_tokens} token {t} row {r}: {got} vs {want}");
-            }
-        }
-    }
+    check_against_definition(ty, rows, cols, ggml, tokens, rng, what, |row| decode(ty, row), |w, act, t| definition(ty, w, act, t, cols));
 }
 
 #[test]
@@ -190,7 +120,7 @@ fn q5_int8_paths_agree_bitwise_and_equal_their_definition() {
     let mut rng = Rng(0x7135_0000_0000_0001);
     for ty in TYPES {
         for &(rows, cols) in &SHAPES {
-            let ggml = random_matrix(&mut rng, ty, rows, cols);
+            let ggml = random_ggml_matrix(&mut rng, ty, rows, cols);
             check(ty, rows, cols, &ggml, &TOKENS, &mut rng, &format!("{} {rows}x{cols}", ty.name()));
         }
     }

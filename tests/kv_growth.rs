@@ -5,55 +5,19 @@
 //! with the prefix cache off and with one small enough to evict under the load.
 
 use crate::common;
+use crate::common::outcome::{alone, drain, Outcome};
 
 use std::sync::Arc;
 
-use reprolm::batch::{BatchEngine, BatchOptions, Event, Poll, RequestHandle, BLOCK_TOKENS};
-use reprolm::decode::stream::Generator;
+use reprolm::batch::{BatchEngine, BatchOptions, RequestHandle, BLOCK_TOKENS};
 use reprolm::decode::{Finish, GenerationSpec, StopConditions};
-use reprolm::loaded_model::{LoadedModel, LoadOptions, Session, SessionOptions};
-use reprolm::model::{KvDtype, Overflow};
+use reprolm::loaded_model::{LoadedModel, LoadOptions};
+use reprolm::model::KvDtype;
 use reprolm::sampling::SamplerConfig;
-
-/// What a request produced: ids, log-probability bits, text, finish.
-type Outcome = (Vec<u32>, Vec<u64>, String, Finish);
 
 fn tiny(threads: usize) -> Arc<LoadedModel> {
     let options = LoadOptions { threads: Some(threads), ..LoadOptions::default() };
     Arc::new(LoadedModel::load(common::data_path("synthetic/tiny.Q4_K_M.gguf"), &options).expect("model loads"))
-}
-
-fn drain(handle: &RequestHandle) -> Outcome {
-    let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
-    loop {
-        match handle.next_event(None) {
-            Poll::Event(Event::Token(step)) => {
-                ids.push(step.selection.token);
-                logprobs.push(step.selection.logprob.to_bits());
-                text.push_str(&step.text);
-                if let Some(finish) = step.finish {
-                    return (ids, logprobs, text, finish);
-                }
-            }
-            Poll::Event(Event::Finished(finish)) => return (ids, logprobs, text, finish),
-            Poll::Event(Event::Error(e)) => panic!("request failed: {e}"),
-            Poll::Done | Poll::Pending => panic!("the stream ended without its last event"),
-        }
-    }
-}
-
-/// The request run alone on a fresh session.
-fn alone(loaded: &Arc<LoadedModel>, dtype: KvDtype, request: &GenerationSpec) -> Outcome {
-    let options = SessionOptions { context_length: Some(request.positions_needed()), kv_dtype: dtype, overflow: Overflow::Error };
-    let session = Session::with_options(Arc::clone(loaded), &options).unwrap();
-    let mut generator = Generator::new(session, request.clone()).unwrap();
-    let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
-    while let Some(step) = generator.next_step().unwrap() {
-        ids.push(step.selection.token);
-        logprobs.push(step.selection.logprob.to_bits());
-        text.push_str(&step.text);
-    }
-    (ids, logprobs, text, generator.finish().unwrap())
 }
 
 /// `n` requests sharing a 40-token system prefix, each with its own user tokens, half greedy

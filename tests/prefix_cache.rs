@@ -6,59 +6,19 @@
 //! cache stays within its bound while it evicts.
 
 use crate::common;
+use crate::common::outcome::{alone, drain, Outcome};
 
 use std::sync::Arc;
 
-use reprolm::batch::{BatchEngine, BatchOptions, Event, Poll, RequestHandle, BLOCK_TOKENS};
-use reprolm::decode::stream::Generator;
-use reprolm::decode::{Finish, GenerationSpec, StopConditions};
-use reprolm::loaded_model::{LoadedModel, LoadOptions, Session, SessionOptions};
-use reprolm::model::{KvDtype, Overflow};
+use reprolm::batch::{BatchEngine, BatchOptions, RequestHandle, BLOCK_TOKENS};
+use reprolm::decode::{GenerationSpec, StopConditions};
+use reprolm::loaded_model::{LoadedModel, LoadOptions};
+use reprolm::model::KvDtype;
 use reprolm::sampling::SamplerConfig;
-
-/// What a request produced: ids, log-probability bits, text, finish.
-type Outcome = (Vec<u32>, Vec<u64>, String, Finish);
 
 fn load(threads: usize, precision: &str) -> Arc<LoadedModel> {
     let options = LoadOptions { threads: Some(threads), precision: Some(precision.into()), ..LoadOptions::default() };
     Arc::new(LoadedModel::load(common::model_path(), &options).expect("model loads"))
-}
-
-fn drain(handle: &RequestHandle) -> Outcome {
-    let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
-    loop {
-        match handle.next_event(None) {
-            Poll::Event(Event::Token(step)) => {
-                ids.push(step.selection.token);
-                logprobs.push(step.selection.logprob.to_bits());
-                text.push_str(&step.text);
-                if let Some(finish) = step.finish {
-                    return (ids, logprobs, text, finish);
-                }
-            }
-            Poll::Event(Event::Finished(finish)) => return (ids, logprobs, text, finish),
-            Poll::Event(Event::Error(e)) => panic!("request failed: {e}"),
-            Poll::Done | Poll::Pending => panic!("the stream ended without its last event"),
-        }
-    }
-}
-
-/// The request run alone on a fresh session with a cache of `dtype`.
-fn alone(loaded: &Arc<LoadedModel>, dtype: KvDtype, request: &GenerationSpec) -> Outcome {
-    let options = SessionOptions {
-        context_length: Some(request.positions_needed().max(1)),
-        kv_dtype: dtype,
-        overflow: Overflow::Error,
-    };
-    let session = Session::with_options(Arc::clone(loaded), &options).unwrap();
-    let mut generator = Generator::new(session, request.clone()).unwrap();
-    let (mut ids, mut logprobs, mut text) = (Vec::new(), Vec::new(), String::new());
-    while let Some(step) = generator.next_step().unwrap() {
-        ids.push(step.selection.token);
-        logprobs.push(step.selection.logprob.to_bits());
-        text.push_str(&step.text);
-    }
-    (ids, logprobs, text, generator.finish().unwrap())
 }
 
 /// A conversation: its first prompt, the user tokens added after each reply, its sampler.

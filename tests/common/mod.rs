@@ -5,6 +5,9 @@
 
 use std::path::PathBuf;
 
+pub mod int8;
+pub mod outcome;
+
 /// The default model: `REPROLM_MODEL`, else the cache the Python helper fills
 /// (`REPROLM_CACHE`, else `$XDG_CACHE_HOME/reprolm` or `~/.cache/reprolm`).
 pub fn model_path() -> PathBuf {
