@@ -620,8 +620,8 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
 
 /// The ISA modules hold no closures: a closure does not inherit the target features of the
 /// function it is written in, so the intrinsics inside it can stay calls, one per
-/// instruction (the int8 AVX2 kernel once ran several times slower so). `per_index!` and
-/// loops write such expressions in place.
+/// instruction, several times slower than the instructions. `per_index!` and loops write
+/// such expressions in place.
 #[cfg(test)]
 mod simd_sources {
     const SOURCES: [(&str, &str); 4] = [
