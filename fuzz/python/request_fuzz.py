@@ -41,14 +41,11 @@ if _FUZZING:
 with atheris.instrument_imports(include=["reprolm"]) if _FUZZING else contextlib.nullcontext():
     from reprolm import Model, errors
     from reprolm.server._config import ServerConfig
-    from reprolm.server._protocol import (engine_error, generation_params, prompt_ids, response_grammar,
-                                          token_limit)
-    from reprolm.server._state import Server
-    from reprolm.server._compat import max_tokens_of
     from reprolm.server._errors import ApiError
-    from reprolm.server._schema import (ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, parse_json,
-                                        validate)
-    from reprolm.server._tools import chat_prompt
+    from reprolm.server._protocol import engine_error
+    from reprolm.server._requests import chat_request, completion_request, detokenize_request, tokenize_request
+    from reprolm.server._schema import parse_json
+    from reprolm.server._state import Server
 
 ALIAS = "reprolm"
 """The model name the seeds use."""
@@ -82,63 +79,34 @@ def _sequences(server: Server, count: int, param: str) -> None:
 
 
 def _completions(server: Server, data: dict[str, Any]) -> None:
-    """``POST /v1/completions`` up to the engine (``create_app.completions``)."""
-    model = server.ready_model()
-    body: CompletionBody = validate(CompletionBody, data)
-    server.check_model_name(body.model)
-    if body.best_of is not None and body.best_of != body.n:
-        raise ApiError(400, "invalid value for 'best_of': only best_of = n is supported", param="best_of",
-                       code="invalid_value")
-    prompts, texts = prompt_ids(model, body.prompt)
+    """``POST /v1/completions`` up to the engine."""
+    req = completion_request(server, data)
     context = server.context_length
-    requested, param = max_tokens_of(body.max_tokens, body.model_fields_set, body.n_predict)
-    limits = [token_limit(requested, len(p), context, "prompt", param) for p in prompts]
-    params = generation_params(body, model.config.vocab_size, limits, logprobs=body.logprobs,
-                               grammar=response_grammar(body))
-    assert len(params) == len(prompts) == len(texts) and all(len(row) == body.n for row in params)
-    assert all(0 <= m <= context - len(p) for m, p in zip(limits, prompts))
-    _sequences(server, len(prompts) * body.n, "prompt")
+    assert len(req.params) == len(req.prompts) == len(req.texts)
+    assert all(len(row) == req.body.n for row in req.params)
+    assert all(0 <= p.max_tokens <= context - len(ids) for row, ids in zip(req.params, req.prompts) for p in row)
+    _sequences(server, len(req.prompts) * req.body.n, "prompt")
 
 
 def _chat(server: Server, data: dict[str, Any]) -> None:
-    """``POST /v1/chat/completions`` up to the engine (``create_app.chat``)."""
-    model = server.ready_model()
-    body: ChatBody = validate(ChatBody, data)
-    server.check_model_name(body.model)
-    if body.top_logprobs is not None and not body.logprobs:
-        raise ApiError(400, "invalid value for 'top_logprobs': it needs 'logprobs': true", param="top_logprobs",
-                       code="invalid_value")
-    prompt = chat_prompt(model, body, data, lambda: response_grammar(body))
-    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    requested, param = max_tokens_of(requested, body.model_fields_set, body.n_predict, param)
-    limit = token_limit(requested, len(prompt.ids), server.context_length, "messages", param)
-    assert 0 <= limit <= server.context_length - len(prompt.ids)
-    assert all(0 <= t < model.config.vocab_size for t in prompt.ids)
-    logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    params = generation_params(body, model.config.vocab_size, [limit], logprobs=logprobs, grammar=prompt.grammar)
-    assert len(params) == 1 and len(params[0]) == body.n
-    _sequences(server, body.n, "messages")
+    """``POST /v1/chat/completions`` up to the engine."""
+    req = chat_request(server, data)
+    ids = req.prompt.ids
+    assert all(0 <= t < req.model.config.vocab_size for t in ids)
+    assert len(req.params) == 1 and len(req.params[0]) == req.body.n
+    assert all(0 <= p.max_tokens <= server.context_length - len(ids) for p in req.params[0])
+    _sequences(server, req.body.n, "messages")
 
 
 def _tokenize(server: Server, data: dict[str, Any]) -> None:
-    model = server.ready_model()
-    body: TokenizeBody = validate(TokenizeBody, data)
-    server.check_model_name(body.model)
-    ids = model.tokenize(body.text(), special=body.parse_special)
-    assert all(0 <= t < model.config.vocab_size for t in ids)
+    ids = tokenize_request(server, data)
+    vocab = server.ready_model().config.vocab_size
+    assert all(0 <= t < vocab for t in ids)
 
 
 def _detokenize(server: Server, data: dict[str, Any]) -> None:
-    model = server.ready_model()
-    body: DetokenizeBody = validate(DetokenizeBody, data)
-    server.check_model_name(body.model)
-    vocab = model.config.vocab_size
-    bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
-    if bad is not None:
-        raise ApiError(400, f"invalid value for 'tokens': token id {bad} is outside the vocabulary", param="tokens",
-                       code="invalid_value")
-    model.detokenize(body.tokens)
+    model, ids = detokenize_request(server, data)
+    model.detokenize(ids)
 
 
 ENDPOINTS: list[Callable[[Server, dict[str, Any]], None]] = [_completions, _chat, _tokenize, _detokenize]

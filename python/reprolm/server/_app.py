@@ -5,7 +5,8 @@ The web layer only validates, queues and streams: each choice of a request is on
 :meth:`Model.submit`, awaited on the event loop (``async for`` over the request, woken by the
 engine's dispatcher thread), so the engine's results, and so the server's, are the same bits
 whatever else runs. The jobs live in their own modules: configuration (``_config``), state
-and admission (``_state``), protocol conversion (``_protocol``), streaming (``_streaming``).
+and admission (``_state``), request bodies read for the engine (``_requests``), protocol
+conversion (``_protocol``), streaming (``_streaming``).
 """
 
 from __future__ import annotations
@@ -27,18 +28,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import errors
 from .._model import Model
-from ._compat import max_tokens_of, tokenizer_info_of
+from ._compat import tokenizer_info_of
 from ._config import ServerConfig, model_fingerprint
 from ._echo import joined, prompt_logprobs
 from ._errors import ApiError, error_body
 from ._metrics import CONTENT_TYPE, Metrics
 from ._openapi import model_ids, openapi_schema
-from ._protocol import (chat_logprobs, completion_logprobs, engine_error, generation_params, json_logprob,
-                        openai_finish_reason, prompt_ids, reported_steps, response_grammar, token_limit, usage)
-from ._schema import ChatBody, CompletionBody, DetokenizeBody, TokenizeBody, validate
+from ._protocol import (chat_logprobs, completion_logprobs, engine_error, json_logprob, openai_finish_reason,
+                        reported_steps, usage)
+from ._requests import chat_request, completion_request, detokenize_request, tokenize_request
 from ._state import Server
 from ._streaming import ClientGone, EventStream, stream_chat, stream_completion, stream_tool_chat, unless_disconnected
-from ._tools import chat_prompt, reply_message
+from ._tools import reply_message
 from ._tools import finish_reason as tool_finish_reason
 from ._webui import page_response
 
@@ -112,41 +113,18 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         return _json(model_card())
 
     async def tokenize(request: HttpRequest) -> Response:
-        data = await server.read_json(request)
-        model = server.ready_model()
-        body: TokenizeBody = validate(TokenizeBody, data)
-        server.check_model_name(body.model)
-        return _json({"tokens": model.tokenize(body.text(), special=body.parse_special)})
+        return _json({"tokens": tokenize_request(server, await server.read_json(request))})
 
     async def tokenizer_info(request: HttpRequest) -> Response:
         return _json(tokenizer_info_of(server.ready_model(), server.context_length))
 
     async def detokenize(request: HttpRequest) -> Response:
-        data = await server.read_json(request)
-        model = server.ready_model()
-        body: DetokenizeBody = validate(DetokenizeBody, data)
-        server.check_model_name(body.model)
-        vocab = model.config.vocab_size
-        bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise ApiError(400, f"invalid value for 'tokens': token id {bad} is outside the vocabulary "
-                                f"(0..{vocab - 1})", param="tokens", code="invalid_value")
-        return _json({"content": model.detokenize(body.tokens)})
+        model, ids = detokenize_request(server, await server.read_json(request))
+        return _json({"content": model.detokenize(ids)})
 
     async def completions(request: HttpRequest) -> Response:
-        data = await server.read_json(request)
-        model = server.ready_model()
-        body: CompletionBody = validate(CompletionBody, data)
-        server.check_model_name(body.model)
-        if body.best_of is not None and body.best_of != body.n:
-            raise ApiError(400, "invalid value for 'best_of': only best_of = n is supported", param="best_of",
-                           code="invalid_value")
-        prompts, texts = prompt_ids(model, body.prompt)
-        context = server.context_length
-        requested, param = max_tokens_of(body.max_tokens, body.model_fields_set, body.n_predict)
-        limits = [token_limit(requested, len(p), context, "prompt", param) for p in prompts]
-        params = generation_params(body, model.config.vocab_size, limits, logprobs=body.logprobs,
-                                   grammar=response_grammar(body))
+        req = completion_request(server, await server.read_json(request))
+        model, body, prompts, texts, params = req.model, req.body, req.prompts, req.texts, req.params
         prefixes = texts if body.echo else ["" for _ in texts]
         echoed: list[Optional[dict[str, Any]]] = [None for _ in prompts]
         if body.echo and body.logprobs is not None:
@@ -179,21 +157,9 @@ def create_app(config: ServerConfig, model: Optional[Model] = None) -> Starlette
         return _json({**head, "choices": out_choices, "usage": usage(prompts, generated, choices)})
 
     async def chat(request: HttpRequest) -> Response:
-        data = await server.read_json(request)
-        model = server.ready_model()
-        body: ChatBody = validate(ChatBody, data)
-        server.check_model_name(body.model)
-        if body.top_logprobs is not None and not body.logprobs:
-            raise ApiError(400, "invalid value for 'top_logprobs': it needs 'logprobs': true", param="top_logprobs",
-                           code="invalid_value")
-        prompt = chat_prompt(model, body, data, lambda: response_grammar(body))
+        req = chat_request(server, await server.read_json(request))
+        model, body, prompt, params = req.model, req.body, req.prompt, req.params
         ids = prompt.ids
-        requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        requested, param = max_tokens_of(requested, body.model_fields_set, body.n_predict, param)
-        limit = token_limit(requested, len(ids), server.context_length, "messages", param)
-        logprobs = (body.top_logprobs or 0) if body.logprobs else None
-        params = generation_params(body, model.config.vocab_size, [limit], logprobs=logprobs, grammar=prompt.grammar)
         try:
             choices = server.submit(model, [ids], params, prompt_param="messages", prefixes=[""])
         except ApiError as e:
