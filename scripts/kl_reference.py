@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
 import shlex
 import sys
 from collections import Counter
@@ -32,6 +31,11 @@ import numpy as np
 import numpy.typing as npt
 
 ROOT = Path(__file__).resolve().parents[1]
+# The machine's name as every benchmark prints it, and the KL of the quality test itself.
+sys.path[:0] = [str(ROOT / "benches"), str(ROOT / "tests" / "python")]
+from _llama_f64 import next_token_kl  # noqa: E402
+from _machine import cpu_name  # noqa: E402
+
 DATA = ROOT / "tests" / "data"
 CACHE = Path.home() / ".cache" / "reprolm"
 DEFAULT_FILES = [
@@ -43,34 +47,12 @@ THREADS = 2
 GGML_TYPE_F32 = 0
 
 
-def next_token_kl(want: npt.NDArray[Any], got: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
-    """KL(softmax(want) || softmax(got)) of each row, in float64 (the test's own definition)."""
-    logp = want.astype(np.float64)
-    logp -= logp.max(axis=1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
-    logq = got.astype(np.float64)
-    logq -= logq.max(axis=1, keepdims=True)
-    logq -= np.log(np.exp(logq).sum(axis=1, keepdims=True))
-    kl: npt.NDArray[np.float64] = (np.exp(logp) * (logp - logq)).sum(axis=1)
-    return kl
-
-
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def display(path: Path) -> str:
