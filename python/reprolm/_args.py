@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import numbers
 import operator
+import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
-from .errors import InvalidTypeError, TokenOutOfRangeError
+from .errors import InvalidArgumentError, InvalidTypeError, TokenOutOfRangeError
 
-__all__ = ["text", "token_id", "token_ids", "prompt", "messages", "number", "integer", "optional_integer",
+__all__ = ["text", "unicode", "path", "token_id", "token_ids", "prompt", "messages", "number", "integer", "optional_integer",
            "one_of", "flag"]
 
 _INT64 = 2**63
@@ -48,6 +50,33 @@ def _check_range(ids: Any, vocab_size: int) -> None:
 def text(value: Any, name: str) -> None:
     if not isinstance(value, str):
         raise InvalidTypeError(f"{name} must be a str, got {_kind(value)}")
+    unicode(value, name)
+
+
+def unicode(value: str, name: str) -> None:
+    """Checks that a str is text the engine can take as UTF-8: a Python str may hold lone
+    surrogates (from ``surrogateescape`` decoding, or escapes such as ``"\\ud800"``), which
+    have no UTF-8 form."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"{name} is not valid Unicode text: {e.reason} "
+                                   f"(character {e.start}, {value[e.start]!a})") from None
+
+
+def path(value: Any, name: str) -> Path:
+    """``value``, a str or an :class:`os.PathLike`, as a :class:`Path` the file system can
+    take."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise InvalidTypeError(f"{name} must be a path (a str or an os.PathLike), got {_kind(value)}")
+    try:
+        os.fsencode(value)
+        return Path(value)
+    except TypeError as e:
+        raise InvalidTypeError(f"{name} must be a path (a str or an os.PathLike): {e}") from None
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"{name} is not a file name this system can encode: {e.reason} "
+                                   f"(character {e.start})") from None
 
 
 def token_id(value: Any, name: str, vocab_size: int) -> int:
@@ -111,6 +140,7 @@ def prompt(value: Any, name: str, vocab_size: int, *, batch: bool = False) -> No
     """Checks a prompt: text or a sequence of token ids; with ``batch``, also a non-empty list
     of prompts (whose first item is not an int)."""
     if isinstance(value, str):
+        unicode(value, name)
         return
     what = "text or a sequence of token ids" + (", or a list of prompts" if batch else "")
     if not _is_id_sequence(value):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, TextIO, Union
 
+from . import _args
 from .errors import InvalidArgumentError, ModelDownloadError
 
 __all__ = [
@@ -324,9 +325,10 @@ def resolve_model(model: Union[str, "os.PathLike[str]"]) -> Path:
     """``model`` as a path: an existing file as given, else the name of a known model,
     fetched on first use (:func:`fetch_model`). Anything else is returned as a path, for the
     loader to report as missing."""
-    if isinstance(model, str) and model in MODELS and not Path(model).exists():
+    path = _args.path(model, "path")
+    if isinstance(model, str) and model in MODELS and not path.exists():
         return fetch_model(model)
-    return Path(model)
+    return path
 
 
 def default_model_path(*, progress: Optional[Progress] = None,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Union
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _args, _core
 
 __all__ = ["GgufInfo", "TensorEntry", "inspect", "dequantize"]
 
@@ -36,7 +35,7 @@ class GgufInfo:
 def inspect(path: Union[str, os.PathLike[str]]) -> GgufInfo:
     """The metadata and tensor table of a GGUF file (the data is not read). Tensors of types
     reprolm cannot compute with (K-quants, ...) are listed too, under ggml's type names."""
-    version, metadata, tensors = _core.gguf_info(Path(path))
+    version, metadata, tensors = _core.gguf_info(_args.path(path, "path"))
     return GgufInfo(version, dict(metadata), [TensorEntry(n, t, tuple(s), b) for n, t, s, b in tensors])
 
 

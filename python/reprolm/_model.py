@@ -664,12 +664,12 @@ class Session:
         """Restores a session written by :meth:`save`. A file saved with another model file
         raises :class:`StateModelMismatchError`, a damaged or truncated one
         :class:`StateFormatError`, one of another format version :class:`StateVersionError`."""
-        return cls(model, _core.Session.load(model._loaded, Path(path)))
+        return cls(model, _core.Session.load(model._loaded, _args.path(path, "path")))
 
     def save(self, path: Union[str, os.PathLike[str]]) -> None:
         """Writes the tokens and the KV cache to ``path`` (a versioned, checksummed file tied
         to this model file)."""
-        self._core.save(Path(path))
+        self._core.save(_args.path(path, "path"))
 
     @property
     def model(self) -> Model:

@@ -19,12 +19,15 @@ _INT64 = 2**63
 
 def _stop_strings(stop: Any) -> tuple[str, ...]:
     if isinstance(stop, str):
+        _args.unicode(stop, "stop")
         return (stop,)
     if isinstance(stop, (bytes, bytearray, Mapping)) or not isinstance(stop, Iterable):
         raise InvalidTypeError(f"stop must be a str or a sequence of str, got {_args._kind(stop)}")
     bad = next((s for s in stop if not isinstance(s, str)), None) if isinstance(stop, Sequence) else None
     if bad is not None or not isinstance(stop, Sequence):
         raise InvalidTypeError(f"stop must be a str or a sequence of str, got an item of type {_args._kind(bad)}")
+    for i, s in enumerate(stop):
+        _args.unicode(s, f"stop[{i}]")
     return tuple(stop)
 
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _args, _core
 
 __all__ = ["QuantizeReport", "TensorReport", "quantize", "convert", "quantize_row", "SAMPLE_TEXT"]
 
@@ -139,8 +138,8 @@ def quantize(
     cannot be written, and the reader's errors for a bad ``src``.
     """
     tensors, kl = _core.quantize(
-        Path(src),
-        Path(dst),
+        _args.path(src, "src"),
+        _args.path(dst, "dst"),
         weight_type=type,
         scheme=scheme,
         clip=clip,
@@ -176,7 +175,7 @@ def quantize(
 def convert(src: PathLike, dst: PathLike, *, to: Literal["f32", "f16"] = "f32") -> None:
     """Writes ``src`` dequantized at ``dst``: matrices as ``to`` (``"f32"`` or ``"f16"``),
     vectors as F32, bit-exact with ggml's dequantization."""
-    _core.convert(Path(src), Path(dst), to=to)
+    _core.convert(_args.path(src, "src"), _args.path(dst, "dst"), to=to)
 
 
 def quantize_row(

@@ -31,7 +31,7 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: Union[str, os.PathLike[str]]) -> "Tokenizer":
         """Reads the tokenizer of the GGUF file at ``path``."""
-        return cls(_core.Tokenizer(Path(path)))
+        return cls(_core.Tokenizer(_args.path(path, "path")))
 
     @property
     def vocab_size(self) -> int:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, Union
 
-from . import _core
+from . import _args, _core
 from .errors import GrammarError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -66,10 +66,13 @@ class Grammar:
             if isinstance(source, str) or not all(isinstance(s, str) for s in source):
                 raise InvalidTypeError("the options of a choice must be a list of str")
             source = tuple(source)
+            for i, option in enumerate(source):
+                _args.unicode(option, f"choice option {i}")
             spec = _core.GrammarSpec.choice(list(source))
         elif kind in ("json_schema", "regex", "lark"):
             if not isinstance(source, str):
                 raise InvalidTypeError(f"the source of a {kind} grammar must be a str, got {type(source).__name__}")
+            _args.unicode(source, f"the source of the {kind} grammar")
             spec = getattr(_core.GrammarSpec, kind)(source)
         else:
             raise GrammarError(f"grammar: unknown kind {kind!r} (json_schema, regex, lark or choice)")

@@ -164,8 +164,11 @@ def test_session_ops(small: Model, options: dict[str, Any], ops: list[tuple[str,
         assert 0 <= len(session.tokens) <= session.context_length
 
 
-# Regression cases the property tests found: each raised a plain TypeError, AttributeError or
-# OverflowError from inside before.
+# A str with a lone surrogate, which has no UTF-8 form.
+LONE = "a\ud800b"
+
+# Cases the property tests found: each must raise a typed error, not a plain TypeError,
+# AttributeError, OverflowError or UnicodeEncodeError from inside.
 FOUND: list[tuple[str, Callable[[Model], Any], type]] = [
     ("Sampler temperature list", lambda m: Sampler(temperature=[1.0]), errors.InvalidTypeError),  # type: ignore[arg-type]
     ("Sampler logit_bias list", lambda m: Sampler(logit_bias=[1]), errors.InvalidTypeError),  # type: ignore[arg-type]
@@ -189,6 +192,25 @@ FOUND: list[tuple[str, Callable[[Model], Any], type]] = [
     ("session truncate float", lambda m: m.session(context_length=8).truncate(1.0), errors.InvalidTypeError),  # type: ignore[arg-type]
     ("session generate max_tokens 2**64", lambda m: m.session(context_length=8).generate([1], max_tokens=2**64),
      errors.InvalidArgumentError),
+    # Lone surrogates: Python strs that have no UTF-8 form.
+    *((f"{what} lone surrogate", call, errors.InvalidArgumentError) for what, call in [
+        ("tokenize", lambda m: m.tokenize(LONE)),
+        ("generate prompt", lambda m: m.generate(LONE, max_tokens=1)),
+        ("generate stop", lambda m: m.generate("hi", max_tokens=1, stop=["x", LONE])),
+        ("submit prompt", lambda m: m.submit(LONE, max_tokens=1)),
+        ("stream prompt", lambda m: list(m.stream(LONE, max_tokens=1))),
+        ("session prompt", lambda m: m.session(context_length=8).generate(LONE, max_tokens=1)),
+        ("chat content", lambda m: m.chat([{"role": "user", "content": LONE}], max_tokens=1)),
+        ("regex", lambda m: Grammar.regex(LONE)),
+        ("lark", lambda m: Grammar.lark(LONE)),
+        ("choice", lambda m: Grammar.choice(["a", LONE])),
+        ("json_schema", lambda m: Grammar.json_schema('{"const": "' + LONE + '"}')),
+        ("load path", lambda m: Model.load(LONE)),
+        ("inspect path", lambda m: reprolm.inspect(LONE)),
+        ("session save path", lambda m: m.session(context_length=8).save(LONE)),
+    ]),
+    ("load path None", lambda m: Model.load(None), errors.InvalidTypeError),  # type: ignore[arg-type]
+    ("session load path int", lambda m: reprolm.Session.load(m, 3), errors.InvalidTypeError),  # type: ignore[arg-type]
 ]
 
 
