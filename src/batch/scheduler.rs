@@ -76,6 +76,9 @@ struct Scheduler<'a> {
     totals: EngineStats,
     /// None when `prefix_cache_bytes` cannot hold one block.
     prefix_cache: Option<PrefixCache>,
+    /// Requests' last events, held until the stats no longer count those requests (see
+    /// [`Scheduler::deliver_last_events`]).
+    last_events: Vec<(Arc<Channel>, Event)>,
 }
 
 /// The prefix cache for `engine`'s batch caches, if `options` give it room for a block.
@@ -111,6 +114,7 @@ pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, wakeup: &Wak
         scratch: Scratch::default(),
         totals: EngineStats::default(),
         prefix_cache: prefix_cache(loaded, &options),
+        last_events: Vec::new(),
     };
     loop {
         {
@@ -136,6 +140,7 @@ pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, wakeup: &Wak
         }
         s.admit();
         wakeup.lock().stats = s.stats();
+        s.deliver_last_events();
         if s.running.is_empty() {
             continue;
         }
@@ -146,6 +151,7 @@ pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, wakeup: &Wak
             s.fail_running(|| Error::EngineStopped(format!("internal error: {message}")));
         }
         wakeup.lock().stats = s.stats();
+        s.deliver_last_events();
     }
 }
 
@@ -161,6 +167,14 @@ impl Scheduler<'_> {
             kv_blocks_free: (self.budget - self.granted) / BLOCK_TOKENS,
             prefix_cache: self.prefix_cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             ..self.totals
+        }
+    }
+
+    /// Pushes the last events held since the stats were published: a caller that has a
+    /// request's result then reads stats in which the request no longer runs or holds memory.
+    fn deliver_last_events(&mut self) {
+        for (channel, event) in self.last_events.drain(..) {
+            channel.push(event);
         }
     }
 
@@ -225,7 +239,7 @@ impl Scheduler<'_> {
             }
             let Queued { channel, seq, resumed } = self.waiting.pop_front().expect("checked above");
             if let Some(finish) = seq.finish() {
-                channel.push(Event::Finished(finish));
+                self.last_events.push((channel, Event::Finished(finish)));
                 continue;
             }
             let options = KvCacheOptions { capacity, dtype: self.options.kv_dtype, overflow: Overflow::Error };
@@ -246,7 +260,7 @@ impl Scheduler<'_> {
                     let blocks = reused.clone();
                     self.running.push(Running { channel, seq, cache, granted: grant, reused, blocks, blocks_refused: false });
                 }
-                Err(e) => channel.push(Event::Error(e)),
+                Err(e) => self.last_events.push((channel, Event::Error(e))),
             }
         }
     }
@@ -335,13 +349,16 @@ impl Scheduler<'_> {
         for (&i, step) in sampled.iter().zip(steps) {
             let r = &self.running[i];
             finished[i] = match step {
-                Ok(step) => {
-                    let last = step.finish.is_some();
+                Ok(step) if step.finish.is_none() => {
                     r.channel.push(Event::Token(step));
-                    last
+                    false
+                }
+                Ok(step) => {
+                    self.last_events.push((Arc::clone(&r.channel), Event::Token(step)));
+                    true
                 }
                 Err(e) => {
-                    r.channel.push(Event::Error(e));
+                    self.last_events.push((Arc::clone(&r.channel), Event::Error(e)));
                     true
                 }
             };
