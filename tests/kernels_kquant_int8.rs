@@ -1,4 +1,4 @@
-//! The int8 kernels of the K-quant types (Q4_K, Q5_K, Q6_K, Q3_K; layout in `kernels::kquant`
+//! The int8 kernels of the K-quant types (Q4_K, Q5_K, Q6_K, Q3_K, Q2_K; layout in `kernels::kquant`
 //! and `kernels::kquant_low`, order of
 //! operations in `kernels::int8`): every ISA against the scalar twin bit for bit, and the
 //! scalar twin against a float64 evaluation of the definition, step by step with f32
@@ -14,20 +14,20 @@ use reprolm::kernels::packed::{dequantize_packed_row_in, has_own_int8_layout, is
 use reprolm::kernels::quantize_act::{code_offset, QuantizedRows};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
-const TYPES: [GgmlType; 4] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K];
+const TYPES: [GgmlType; 5] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K];
 /// 1, 2, 3, 5, 8 and 17 super-blocks: last chunks of 8 groups (padded) and of 16.
 const SHAPES: [(usize, usize); 6] = [(1, 256), (7, 512), (33, 768), (3, 1280), (24, 2048), (5, 4352)];
 const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
 
 
 /// A row of ggml blocks decoded by ggml's definitions, per group of 32 values: integer codes
-/// (Q4_K `0..16`, Q5_K `0..32`, Q6_K `-32..32`, Q3_K `-4..4`), the two integer scales of its
-/// halves (Q4_K, Q5_K: one scale twice), the integer min (Q4_K, Q5_K), and the super-block's f16 `d` and
-/// `dmin`.
+/// (Q4_K `0..16`, Q5_K `0..32`, Q6_K `-32..32`, Q3_K `-4..4`, Q2_K `0..4`), the two integer
+/// scales of its halves (Q4_K, Q5_K: one scale twice), the integer mins of its halves (Q4_K,
+/// Q5_K: one min twice; Q2_K), and the super-block's f16 `d` and `dmin`.
 struct Decoded {
     q: Vec<i64>,
     sc: Vec<[i64; 2]>,
-    m: Vec<i64>,
+    m: Vec<[i64; 2]>,
     d: Vec<f64>,
     dmin: Vec<f64>,
 }
@@ -56,7 +56,7 @@ fn decode(ty: GgmlType, row: &[u8]) -> Decoded {
                     let (sc, m) = scale_min_k4(j, &b[4..16]);
                     out.q.extend((0..32).map(|l| ((b[16 + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F) as i64));
                     out.sc.push([sc, sc]);
-                    out.m.push(m);
+                    out.m.push([m, m]);
                     out.d.push(f16(&b[0..2]));
                     out.dmin.push(f16(&b[2..4]));
                 }
@@ -75,7 +75,7 @@ fn decode(ty: GgmlType, row: &[u8]) -> Decoded {
                         (low | (((b[16 + l] >> j) & 1) << 4)) as i64
                     }));
                     out.sc.push([sc, sc]);
-                    out.m.push(m);
+                    out.m.push([m, m]);
                     out.d.push(f16(&b[0..2]));
                     out.dmin.push(f16(&b[2..4]));
                 }
@@ -89,7 +89,7 @@ fn decode(ty: GgmlType, row: &[u8]) -> Decoded {
                 }
                 for g in 0..8 {
                     out.sc.push([b[192 + 2 * g] as i8 as i64, b[192 + 2 * g + 1] as i8 as i64]);
-                    out.m.push(0);
+                    out.m.push([0, 0]);
                     out.d.push(f16(&b[208..210]));
                     out.dmin.push(0.0);
                 }
@@ -113,9 +113,25 @@ fn decode(ty: GgmlType, row: &[u8]) -> Decoded {
                 };
                 for g in 0..8 {
                     out.sc.push([sc(2 * g), sc(2 * g + 1)]);
-                    out.m.push(0);
+                    out.m.push([0, 0]);
                     out.d.push(f16(&b[108..110]));
                     out.dmin.push(0.0);
+                }
+            }
+            // {scales[16], qs[64], d, dmin}: ggml's `dequantize_row_q2_K` loop: half n of 128
+            // values, quarter k of 32, value l: bits 2k.. of qs[32n + l]; sub-block j's scale
+            // the low nibble of scales[j], its min the high nibble; w = d sc q - dmin m.
+            GgmlType::Q2_K => {
+                for v in 0..256 {
+                    let (n, k, l) = (v / 128, (v % 128) / 32, v % 32);
+                    out.q.push(((b[16 + 32 * n + l] >> (2 * k)) & 3) as i64);
+                }
+                for g in 0..8 {
+                    let (a, c) = (b[2 * g], b[2 * g + 1]);
+                    out.sc.push([(a & 0x0F) as i64, (c & 0x0F) as i64]);
+                    out.m.push([(a >> 4) as i64, (c >> 4) as i64]);
+                    out.d.push(f16(&b[80..82]));
+                    out.dmin.push(f16(&b[82..84]));
                 }
             }
             _ => unreachable!(),
@@ -155,8 +171,11 @@ fn definition(ty: GgmlType, w: &Decoded, act: &QuantizedRows, t: usize, cols: us
         let l = g % 16;
         let lane = t * ls + g;
         if g >= groups {
-            // Padding lanes: zero scale times zero sum.
+            // Padding lanes: zero scale times zero sum (twice for Q2_K's minimums).
             acc[l] = fma32(0.0 * act.d[lane], 0.0, acc[l]);
+            if ty == GgmlType::Q2_K {
+                acc[l] = fma32(0.0 * act.d[lane], 0.0, acc[l]);
+            }
             continue;
         }
         let half = |h: usize| (16 * h..16 * h + 16).map(|i| w.q[32 * g + i] * xq(32 * g + i)).sum::<i64>();
@@ -168,9 +187,17 @@ fn definition(ty: GgmlType, w: &Decoded, act: &QuantizedRows, t: usize, cols: us
         let dd = (dw * act.d[lane] as f64) as f32;
         acc[l] = fma32(dd, isum as f32, acc[l]);
         if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
-            let mw = -(w.dmin[g] * w.m[g] as f64);
+            let mw = -(w.dmin[g] * w.m[g][0] as f64);
             assert_eq!((mw as f32) as f64, mw);
             acc[l] = fma32(mw as f32, act.s[lane], acc[l]);
+        }
+        if ty == GgmlType::Q2_K {
+            // The minimums: integer sums of the halves' activation codes, then one step.
+            let xsum = |h: usize| (16 * h..16 * h + 16).map(|i| xq(32 * g + i)).sum::<i64>();
+            let msum = w.m[g][0] * xsum(0) + w.m[g][1] * xsum(1);
+            assert!(msum.abs() < 1 << 24);
+            let mwdx = ((0.0 - w.dmin[g]) * act.d[lane] as f64) as f32;
+            acc[l] = fma32(mwdx, msum as f32, acc[l]);
         }
     }
     for h in [8, 4, 2, 1] {
@@ -241,9 +268,8 @@ fn kquant_int8_on_gemma3_tensors() {
     assert_eq!(types.into_iter().collect::<Vec<_>>(), ["Q4_K", "Q6_K"]);
 }
 
-/// A model loaded at int8 holds every matrix of the synthetic llama.cpp files that the int8
-/// kernels run in at most its ggml bytes. Q2_K, the one type without int8 kernels, runs the
-/// float32 kernels on its decoded (larger) layout in either precision.
+/// A model loaded at int8 runs every quantized matrix of the synthetic llama.cpp files on the
+/// int8 kernels and holds it in at most its ggml bytes.
 #[test]
 fn int8_models_hold_their_matrices_in_at_most_ggml_bytes() {
     use reprolm::kernels::Precision;
@@ -257,10 +283,8 @@ fn int8_models_hold_their_matrices_in_at_most_ggml_bytes() {
         let layers = weights.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
         for m in layers.chain([&weights.token_embd, &weights.output]) {
             let (held, ggml) = (weights.mat(m).data.len(), m.ty.row_bytes(m.cols) * m.rows);
-            assert_eq!(weights.is_int8(m), m.ty != GgmlType::Q2_K, "{mix} {}", m.name);
-            if weights.is_int8(m) {
-                assert!(held <= ggml, "{mix} {}: {held} bytes held, {ggml} in the file", m.name);
-            }
+            assert!(weights.is_int8(m), "{mix} {}", m.name);
+            assert!(held <= ggml, "{mix} {}: {held} bytes held, {ggml} in the file", m.name);
             types.insert(m.ty.name());
         }
     }

@@ -38,7 +38,7 @@
 //! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
 //! Scales and offsets are unchanged.
 //!
-//! The types of [`has_own_int8_layout`] (Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q5_1) have a chunked
+//! The types of [`has_own_int8_layout`] (Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, Q5_0, Q5_1) have a chunked
 //! layout of their own, packed straight from ggml's blocks and exactly as large
 //! ([`super::kquant`], [`super::kquant_low`], [`super::q5`]); their grouped layout (float32)
 //! is the one above (decoded groups, or Q8_0's for Q5_0).
@@ -57,10 +57,10 @@ pub fn is_int8_packable(ty: GgmlType) -> bool {
 }
 
 /// The types whose int8 (chunked) layout is packed straight from ggml's blocks in exactly
-/// ggml's bytes, not through the grouped layout: the K-quants of [`is_kquant_int8`] and Q3_K
-/// ([`super::kquant_low`]), Q5_0 and Q5_1 ([`super::q5`]).
+/// ggml's bytes, not through the grouped layout: the K-quants of [`is_kquant_int8`], Q3_K and
+/// Q2_K ([`super::kquant_low`]), Q5_0 and Q5_1 ([`super::q5`]).
 pub fn has_own_int8_layout(ty: GgmlType) -> bool {
-    is_kquant_int8(ty) || matches!(ty, GgmlType::Q3_K | GgmlType::Q5_0 | GgmlType::Q5_1)
+    is_kquant_int8(ty) || matches!(ty, GgmlType::Q3_K | GgmlType::Q2_K | GgmlType::Q5_0 | GgmlType::Q5_1)
 }
 
 /// The K-quant types with int8 kernels, packed for them straight from ggml's blocks into the
@@ -86,7 +86,7 @@ pub fn layout_row_bytes(ty: GgmlType, layout: Layout, cols: usize) -> usize {
 pub fn pack_rows_in(ty: GgmlType, layout: Layout, cols: usize, ggml: &[u8], out: &mut [u8]) {
     match layout {
         Layout::Chunked if is_kquant_int8(ty) => super::kquant::pack_rows(ty, cols, ggml, out),
-        Layout::Chunked if ty == GgmlType::Q3_K => super::kquant_low::pack_rows(cols, ggml, out),
+        Layout::Chunked if matches!(ty, GgmlType::Q3_K | GgmlType::Q2_K) => super::kquant_low::pack_rows(ty, cols, ggml, out),
         Layout::Chunked if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) => super::q5::pack_rows(ty, cols, ggml, out),
         Layout::Chunked => {
             pack_rows_into(ty, cols, ggml, out);
@@ -283,7 +283,7 @@ pub fn code_bytes(ty: GgmlType) -> usize {
         return super::kquant::code_bytes(ty);
     }
     match ty {
-        GgmlType::Q3_K => return super::kquant_low::CODE_BYTES,
+        GgmlType::Q3_K | GgmlType::Q2_K => return super::kquant_low::code_bytes(ty),
         GgmlType::Q5_0 | GgmlType::Q5_1 => return super::q5::CODE_BYTES,
         _ => {}
     }
@@ -326,7 +326,8 @@ pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &
     if layout == Layout::Chunked && has_own_int8_layout(ty) {
         for (g, o) in out.chunks_exact_mut(QK).enumerate() {
             match ty {
-                GgmlType::Q3_K => super::kquant_low::group(row, groups, g).values(false, o),
+                GgmlType::Q3_K => super::kquant_low::group(ty, row, groups, g).values(false, o),
+                GgmlType::Q2_K => super::kquant_low::group(ty, row, groups, g).values(true, o),
                 GgmlType::Q5_0 | GgmlType::Q5_1 => super::q5::group(ty, row, groups, g).values(ty == GgmlType::Q5_1, o),
                 _ => {
                     let format = group_format(ty).expect("K-quant types are group types");

@@ -1,8 +1,8 @@
 """A tiny Llama whose matrices use every new tensor type (Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
 Q6_K; random blocks): its logits match a float64 forward over the weights the `gguf` package
 dequantizes, and every reproducibility guarantee holds for it (threads, prefill chunking,
-ISAs, save/load). precision="int8" runs Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K on the int8
-kernels and Q2_K on the float32 ones (documented fallback)."""
+ISAs, save/load). precision="int8" runs every one of them on the int8
+kernels."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_bitwise_across_isas_threads_chunking_and_sessions(kquant_llama: Path, l
 
 
 def test_int8_precision(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) -> None:
-    # Every type but Q2_K runs the int8 kernels: deterministic, close to float32.
+    # Every type runs the int8 kernels: deterministic, close to float32.
     one, three = (reprolm.Model.load(kquant_llama, threads=t, precision="int8") for t in (1, 3))
     int8 = one.logits(PROMPT)
     session = three.session()
@@ -87,14 +87,16 @@ def test_int8_precision(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) 
     # KL(float32 || int8) of the next-token distributions at most 5e-3.
     kl = next_token_kl(logits, int8)
     assert kl.mean() <= 5e-3, kl
-    # Q2_K has no int8 kernels: it runs the float32 ones in either precision, so with every
-    # matrix in Q2_K int8 gives the float32 bits.
-    no_int8 = {t: Q.Q2_K for t in TYPES.values()}
-    path = tmp_path / "no-int8-types.gguf"
+    # The same with every matrix in Q2_K, the type with the fewest bits.
+    only_q2k = {t: Q.Q2_K for t in TYPES.values()}
+    path = tmp_path / "q2k.gguf"
     write_tiny_llama(path, reprolm.default_model_path(), d=256, ffn=512, seed=3,
-                     types=lambda name: no_int8.get(matrix_type(name), matrix_type(name)))
+                     types=lambda name: only_q2k.get(matrix_type(name), matrix_type(name)))
     float32 = reprolm.Model.load(path, threads=2).logits(PROMPT)
-    assert np.array_equal(reprolm.Model.load(path, threads=2, precision="int8").logits(PROMPT), float32)
+    q2k = [reprolm.Model.load(path, threads=t, precision="int8").logits(PROMPT) for t in (1, 2)]
+    assert np.array_equal(q2k[0], q2k[1]) and not np.array_equal(q2k[0], float32)
+    kl = next_token_kl(float32, q2k[0])
+    assert kl.mean() <= 5e-3, kl
 
 
 def test_same_bits_as_the_dequantized_float32_model(kquant_llama: Path, logits: np.ndarray, tmp_path: Path) -> None:

@@ -122,16 +122,17 @@ impl IntLanes for Avx2I32 {
         }
     }
     #[inline(always)]
-    unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+    unsafe fn q_low<const Q3: bool>(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` and `sub` are valid for the bytes
         // this method names (the `IntLanes` contract).
         unsafe {
-            let (m2, one, bias) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi8(28));
+            let (m2, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+            let bias = _mm256_set1_epi8(if Q3 { 28 } else { 32 });
             let mut w = [[_mm256_setzero_si256(); 2]; 8];
             for h in 0..2 {
                 let low = [word256(codes, 0, n, h), word256(codes, 1, n, h)];
-                let high = word256(codes, 2, n, h);
-                // As the AVX-512 `q3`.
+                let high = if Q3 { word256(codes, 2, n, h) } else { _mm256_setzero_si256() };
+                // As the AVX-512 `q_low`.
                 for (k, word) in w.iter_mut().enumerate() {
                     let l = _mm256_and_si256(_mm256_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
                     let hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);

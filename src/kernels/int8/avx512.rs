@@ -204,15 +204,17 @@ impl IntLanes for Vnni {
         }
     }
     #[inline(always)]
-    unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+    unsafe fn q_low<const Q3: bool>(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` and `sub` are valid for
         // the bytes this method names (the `IntLanes` contract).
         unsafe {
-            let (m2, one, bias) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1), _mm512_set1_epi8(28));
+            let (m2, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
+            let bias = _mm512_set1_epi8(if Q3 { 28 } else { 32 });
             let low = [word512(codes, 0, n), word512(codes, 1, n)];
-            let high = word512(codes, 2, n);
+            // Q2_K has no bit 2: a zero word in its place.
+            let high = if Q3 { word512(codes, 2, n) } else { _mm512_setzero_si512() };
             // Per byte: the 2-bit field moved down and masked, bit k moved to bit 2, plus 28
-            // (at most 35: no carry into the next byte).
+            // (Q3_K) or 32 (Q2_K) (at most 35: no carry into the next byte).
             let w = per_index!(8, |k| {
                 let l = _mm512_and_si512(_mm512_srl_epi16(low[k / 4], _mm_cvtsi32_si128(2 * (k % 4) as i32)), m2);
                 let h = _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(high, _mm_cvtsi32_si128(k as i32)), one), 2);

@@ -4,6 +4,7 @@
 use super::IntLanes;
 use crate::kernels::f16_chunk;
 use crate::kernels::kquant::{Q4K_HEADER, SUPER_GROUPS};
+use crate::kernels::kquant_low::Q2K_CODE_BYTES;
 use crate::kernels::lanes::Lanes16;
 use crate::kernels::{kquant_low, q5};
 
@@ -46,6 +47,15 @@ pub(crate) trait Kind {
             let m = if Self::OFFSET { f16_chunk::<D::F>(s.add(2 * groups + 2 * g0), n) } else { <D::F as Lanes16>::zero() };
             (d, m)
         }
+    }
+    /// Q2_K's minimums: a step after step 3, `acc = fma(m_w d_x, msum, acc)`, with `m_w` from
+    /// [`Kind::scales`] and `msum` from [`Kind::min_sum`].
+    const MINS: bool = false;
+    /// Lane `l`: `f32(m_0 hsum + m_1 (qsum - hsum))` (exact) of the chunk's row, `m_h` the
+    /// integer minimums of the group's halves; `qsum`, `hsum` as for [`Kind::isum`].
+    #[inline(always)]
+    unsafe fn min_sum<D: IntLanes>(_w: &Self::W<D>, _qsum: *const i32, _hsum: *const i32) -> D::F {
+        unreachable!("only a type with MINS has minimums")
     }
     /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
     type T<D: IntLanes>: Copy;
@@ -365,7 +375,7 @@ impl Kind for KQ3K {
                 let packed = &*sub.add(kquant_low::SCALE_BYTES * b).cast::<[u8; kquant_low::SCALE_BYTES]>();
                 pairs[16 * b..16 * (b + 1)].copy_from_slice(&kquant_low::q3k_scales(packed));
             }
-            D::q3(codes, pairs.as_ptr().cast(), n)
+            D::q_low::<true>(codes, pairs.as_ptr().cast(), n)
         }
     }
     #[inline(always)]
@@ -381,6 +391,76 @@ impl Kind for KQ3K {
         unsafe {
             let d = s.add(kquant_low::SCALE_BYTES * (groups / SUPER_GROUPS) + 2 * (g0 / SUPER_GROUPS));
             (D::q6k_scales(d, n), <D::F as Lanes16>::zero())
+        }
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// Q2_K: Q6_K's arithmetic on 2-bit codes with 4-bit sub-block scales, and the sub-block
+/// minimums in a step of their own ([`crate::kernels::kquant_low`]: `[G][8]` code bytes, `[G][2]`
+/// scale bytes `sc | m << 4`, `[S]` f16 `d`, `[S]` f16 `dmin`).
+pub(super) struct KQ2K;
+impl Kind for KQ2K {
+    const CODE_BYTES: usize = Q2K_CODE_BYTES;
+    const OFFSET: bool = false;
+    const MINS: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    /// (the codes and scales as Q6_K's, `m_0` per lane, `m_1` per lane)
+    type W<D: IntLanes> = (D::Q6, [i32; 16], [i32; 16]);
+    /// `sub`: the chunk's `[n][2]` scale bytes.
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> Self::W<D> {
+        // SAFETY: `codes` and `sub` are valid for the chunk's bytes and the CPU runs `D`'s ISA
+        // (the `Kind` contract).
+        unsafe {
+            let (mut scales, mut m0, mut m1) = ([0u8; 32], [0i32; 16], [0i32; 16]);
+            for l in 0..n {
+                let (a, b) = (*sub.add(2 * l), *sub.add(2 * l + 1));
+                scales[2 * l] = a & 0x0F;
+                scales[2 * l + 1] = b & 0x0F;
+                m0[l] = (a >> 4) as i32;
+                m1[l] = (b >> 4) as i32;
+            }
+            (D::q_low::<false>(codes, scales.as_ptr(), n), m0, m1)
+        }
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+        // SAFETY: `x`, `qsum` and `hsum` are valid for the chunk's bytes and the CPU runs `D`'s
+        // ISA (the `Kind` contract).
+        unsafe { D::dot_q6(&w.0, x, qsum, hsum) }
+    }
+    /// `|msum| <= 15 * 32 * 127 = 60960`: exact in i32 and in f32.
+    #[inline(always)]
+    unsafe fn min_sum<D: IntLanes>(w: &Self::W<D>, qsum: *const i32, hsum: *const i32) -> D::F {
+        // SAFETY: `qsum` and `hsum` are valid for the chunk's 16 lanes and the CPU runs `D`'s
+        // ISA (the `Kind` contract).
+        unsafe {
+            let mut v = [0f32; 16];
+            for l in 0..16 {
+                let (q, h) = (*qsum.add(l), *hsum.add(l));
+                v[l] = (w.1[l] * h + w.2[l] * (q - h)) as f32;
+            }
+            <D::F as Lanes16>::load(v.as_ptr())
+        }
+    }
+    /// `d_w = d`, `m_w = 0 - dmin` of the groups' super-blocks.
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
+        // contract).
+        unsafe {
+            let d = s.add(2 * groups + 2 * (g0 / SUPER_GROUPS));
+            let dmin = d.add(2 * (groups / SUPER_GROUPS));
+            let zero = <D::F as Lanes16>::zero();
+            (D::q6k_scales(d, n), <D::F as Lanes16>::sub(zero, D::q6k_scales(dmin, n)))
         }
     }
     type T<D: IntLanes> = D::T4;

@@ -56,6 +56,13 @@
 //!   `isum = sc_0 * sum_{i<16} c_i x_i + sc_1 * sum_{i>=16} c_i x_i`, at most
 //!   `2 * 32 * 16 * 4 * 127 = 520192` in magnitude; steps 2 and 3 as Q6_K's. The ISAs take
 //!   `c + 32` as Q6_K's `u` and the same dot product.
+//! - Q2_K is Q6_K with 2-bit codes `q` in `0..4` and 4-bit sub-block scales `sc` in `0..16`
+//!   (step 1: `isum = sc_0 * sum_{i<16} q_i x_i + sc_1 * sum_{i>=16} q_i x_i`, at most
+//!   `2 * 15 * 16 * 3 * 127 = 182880` in magnitude; the ISAs take `q + 32` as `u`), steps 2
+//!   and 3 as Q6_K's, and then its 4-bit sub-block minimums `m_0`, `m_1` in a step of their
+//!   own: `msum = m_0 hsum_x + m_1 (qsum_x - hsum_x)` (exact, at most `15 * 32 * 127` in
+//!   magnitude), `acc = fma(m_w d_x, f32(msum), acc)` with `m_w = 0 - dmin` of the group's
+//!   super-block (f16, exact).
 //!
 //! Q5_0 and Q5_1 (rows of groups of 32, so a last chunk may be narrow) are Q4_0 and Q4_1 with
 //! 5-bit codes: `|isum| <= 32 * 31 * 127` (Q5_1), `32 * 16 * 127` (Q5_0); a narrow chunk's
@@ -98,7 +105,7 @@ mod avx2;
 mod avx512;
 
 pub(crate) use kinds::Kind;
-use kinds::{KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5_0, KQ5_1, KQ6K, KQ8_0};
+use kinds::{KQ2K, KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5_0, KQ5_1, KQ6K, KQ8_0};
 use scalar::ScalarI32;
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
@@ -165,9 +172,10 @@ pub(crate) trait IntLanes: Copy {
     /// bytes in the grouped order, then `n` words of high bits) as `t4` unpacks nibbles:
     /// lane `4g + w` of half 0 values `4w..4w + 4` of group `g`, of half 1 values `16 + 4w..`.
     unsafe fn t5(codes: *const u8, n: usize) -> Self::T4;
-    /// Q3_K codes of a chunk of `n` (8 or 16) groups at `codes` ([`super::kquant_low`]) as
-    /// Q6_K's: `u = c + 32`, with the sub-block scales at `sub` (`[n][2]` i8).
-    unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6;
+    /// Q3_K (`Q3`) or Q2_K codes of a chunk of `n` (8 or 16) groups at `codes`
+    /// ([`super::kquant_low`]) as Q6_K's: `u = c + 32` (Q3_K's `c` in `-4..4`, Q2_K's `q` in
+    /// `0..4`), with the sub-block scales at `sub` (`[n][2]` i8).
+    unsafe fn q_low<const Q3: bool>(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6;
     /// Lane `l`: `sum of code (0..31) * x`; by default `dot_q4`'s sums, which have room for
     /// 5-bit codes unless an ISA overrides this.
     #[inline(always)]
@@ -299,6 +307,7 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
             GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
             GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
             GgmlType::Q3_K => tiles::<D, KQ3K>(w, act, rows, out, token_stride),
+            GgmlType::Q2_K => tiles::<D, KQ2K>(w, act, rows, out, token_stride),
             GgmlType::Q5_0 => tiles::<D, KQ5_0>(w, act, rows, out, token_stride),
             GgmlType::Q5_1 => tiles::<D, KQ5_1>(w, act, rows, out, token_stride),
             _ => match w.ty.kernel() {
@@ -482,8 +491,13 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
             let dx = <D::F as Lanes16>::load(x.d.add(lane));
             let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
             for r in 0..NR {
-                let isum = K::isum::<D>(&w[r], xq, x.qsum.add(lane), x.hsum.add(lane));
+                let (qsum, hsum) = (x.qsum.add(lane), x.hsum.add(lane));
+                let isum = K::isum::<D>(&w[r], xq, qsum, hsum);
                 acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
+                if K::MINS {
+                    let msum = K::min_sum::<D>(&w[r], qsum, hsum);
+                    acc[r][t] = <D::F as Lanes16>::fma(<D::F as Lanes16>::mul(mw[r], dx), msum, acc[r][t]);
+                }
             }
         }
     }

@@ -63,7 +63,7 @@ impl IntLanes for ScalarI32 {
         }
     }
     #[inline(always)]
-    unsafe fn q3(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
+    unsafe fn q_low<const Q3: bool>(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
         // SAFETY: `codes` and `sub` are valid for the bytes this method names (the `IntLanes`
         // contract).
         unsafe {
@@ -71,8 +71,12 @@ impl IntLanes for ScalarI32 {
             for (k, word) in w.iter_mut().enumerate() {
                 for i in 0..4 * n {
                     let low = (*codes.add(4 * n * (k / 4) + i) >> (2 * (k % 4))) & 3;
-                    let high = (*codes.add(8 * n + i) >> k) & 1;
-                    word[i] = (low | (high << 2)) + 28;
+                    word[i] = if Q3 {
+                        let high = (*codes.add(8 * n + i) >> k) & 1;
+                        (low | (high << 2)) + 28
+                    } else {
+                        low + 32
+                    };
                 }
             }
             let (s0, s1) = q6_sub_scales(sub, n);
