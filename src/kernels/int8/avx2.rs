@@ -3,9 +3,10 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{by_type, q6_sub_scales, IntLanes};
-use crate::kernels::lanes::Avx2x2;
-use crate::kernels::quantize_act::QuantizedRows;
+use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind};
+use crate::kernels::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
+use crate::kernels::lanes::{Avx2x2, Lanes16};
+use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use crate::kernels::{Disjoint, MatRef};
 
 /// # Safety
@@ -57,8 +58,147 @@ unsafe fn lanes256(p: *const u8, n: usize, h: usize) -> __m256i {
     }
 }
 
+/// The 8 bytes `a` as f32 lanes.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn ints(a: [u8; 8]) -> __m256 {
+    // SAFETY: the CPU has AVX2 (this function's precondition).
+    unsafe { _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(u64::from_le_bytes(a) as i64))) }
+}
+
+/// The f16 at `p` in every lane.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C, and `p` be valid for 2 bytes.
+#[inline(always)]
+unsafe fn splat_f16(p: *const u8) -> __m256 {
+    // SAFETY: `p` is valid for 2 bytes and the CPU has AVX2 and F16C (this function's
+    // precondition).
+    unsafe {
+        let bits = std::ptr::read_unaligned(p.cast::<u16>());
+        _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+}
+
+/// Q6_K's sub-block scales of a chunk of `n` (8 or 16) groups at `sub` (`[n][2]` i8) as i32
+/// lanes: (`sc_0` of lanes 0..8, of lanes 8..16), (`sc_1` the same); zero past `n`.
+///
+/// # Safety
+/// The CPU must have AVX2, and `sub` be valid for `2 n` bytes.
+#[inline(always)]
+unsafe fn sub_scales256(sub: *const u8, n: usize) -> ([__m256i; 2], [__m256i; 2]) {
+    // SAFETY: the loads read the `2 n` bytes at `sub` (16 per super-block), and the CPU has
+    // AVX2 (this function's precondition).
+    unsafe {
+        // Per 16 bytes: the even bytes (sc_0) to the low 8, the odd ones (sc_1) to the high 8.
+        let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        let mut s0 = [_mm256_setzero_si256(); 2];
+        let mut s1 = [_mm256_setzero_si256(); 2];
+        for h in 0..n / 8 {
+            let v = _mm_shuffle_epi8(_mm_loadu_si128(sub.add(16 * h).cast()), split);
+            s0[h] = _mm256_cvtepi8_epi32(v);
+            s1[h] = _mm256_cvtepi8_epi32(_mm_srli_si128(v, 8));
+        }
+        (s0, s1)
+    }
+}
+
 impl IntLanes for Avx2I32 {
     type F = Avx2x2;
+    /// Tiles of nibble codes (Q4_0, Q4_1, Q4_K) word by word: each code word is unpacked
+    /// right before its `maddubs` and used for all the tile's tokens, so no unpacked chunk is
+    /// held in registers (or spilled). The integer sums are `dot_q4`'s (in i16 within its
+    /// bounds, then widened), so the result is `wide_chunk_dots`', which the other types take.
+    #[inline(always)]
+    unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
+        rows: &[*const u8; NR],
+        d_ptr: &[*const u8; NR],
+        groups: usize,
+        c: usize,
+        x: &Acts,
+        acc: &mut [[Avx2x2; NT]; NR],
+    ) {
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `rows`, `d_ptr` and `x` cover chunk `c`
+        // of the tile as `wide_chunk_dots` asks (the `IntLanes` contract).
+        unsafe {
+            if K::CODE_BYTES != 16 || !matches!(K::BIAS_LOG2, None | Some(3)) {
+                return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
+            }
+            let g0 = c * CHUNK_GROUPS;
+            let n = (groups - g0).min(CHUNK_GROUPS);
+            let (mask, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
+            let codes: [*const u8; NR] = per_index!(NR, |r| rows[r].add(g0 * K::CODE_BYTES));
+            let xq: [*const i8; NT] = per_index!(NT, |t| x.q.add(t * x.q_stride + c * CHUNK_BYTES));
+            // [row][token][half]
+            let mut sums = [[[_mm256_setzero_si256(); 2]; NT]; NR];
+            for h in 0..2 {
+                let mut s = [[_mm256_setzero_si256(); NT]; NR];
+                for j in 0..4 {
+                    let w: [(__m256i, __m256i); NR] = per_index!(NR, |r| {
+                        let v = word256(codes[r], j, n, h);
+                        (_mm256_and_si256(v, mask), _mm256_and_si256(_mm256_srli_epi16(v, 4), mask))
+                    });
+                    for t in 0..NT {
+                        let x0 = _mm256_loadu_si256(xq[t].add(64 * j + 32 * h).cast());
+                        let x1 = _mm256_loadu_si256(xq[t].add(64 * (j + 4) + 32 * h).cast());
+                        for r in 0..NR {
+                            let p = _mm256_add_epi16(_mm256_maddubs_epi16(w[r].0, x0), _mm256_maddubs_epi16(w[r].1, x1));
+                            s[r][t] = _mm256_add_epi16(s[r][t], p);
+                        }
+                    }
+                }
+                for r in 0..NR {
+                    for t in 0..NT {
+                        sums[r][t][h] = _mm256_madd_epi16(s[r][t], ones);
+                    }
+                }
+            }
+            let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
+            for t in 0..NT {
+                let lane = t * x.lane_stride + g0;
+                let dx = Avx2x2::load(x.d.add(lane));
+                let sx = if K::OFFSET { Avx2x2::load(x.s.add(lane)) } else { Avx2x2::zero() };
+                for r in 0..NR {
+                    let mut isum = Avx2I32(sums[r][t][0], sums[r][t][1]);
+                    if K::BIAS_LOG2.is_some() {
+                        isum = isum.minus_8_qsum(x.qsum.add(lane));
+                    }
+                    acc[r][t] = scale_add::<Avx2x2, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
+                }
+            }
+        }
+    }
+    /// The trait's arithmetic in vectors (as the AVX-512 `q4k_scales`): the 6-bit integers
+    /// unpacked on 32-bit words, the f16 scales by `vcvtph2ps`, the (exact) products, the
+    /// sign flipped.
+    #[inline(always)]
+    unsafe fn q4k_scales(h: *const u8, n: usize) -> (Avx2x2, Avx2x2) {
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `h` is valid for the `n / 8` headers of
+        // 16 bytes (the `IntLanes` contract).
+        unsafe {
+            let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+            let mut dw = [_mm256_setzero_ps(); 2];
+            let mut mw = [_mm256_setzero_ps(); 2];
+            for b in 0..n / SUPER_GROUPS {
+                let h = h.add(Q4K_HEADER * b);
+                let (sc, m) = q4k_scales_mins(&*h.cast::<[u8; Q4K_HEADER]>());
+                dw[b] = _mm256_mul_ps(splat_f16(h), ints(sc));
+                mw[b] = _mm256_xor_ps(_mm256_mul_ps(splat_f16(h.add(2)), ints(m)), sign);
+            }
+            (Avx2x2(dw[0], dw[1]), Avx2x2(mw[0], mw[1]))
+        }
+    }
+    #[inline(always)]
+    unsafe fn q6k_scales(d: *const u8, n: usize) -> Avx2x2 {
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `d` is valid for `n / 8` f16 values (the
+        // `IntLanes` contract).
+        unsafe {
+            let hi = if n == 16 { splat_f16(d.add(2)) } else { _mm256_setzero_ps() };
+            Avx2x2(splat_f16(d), hi)
+        }
+    }
     #[inline(always)]
     unsafe fn q5(codes: *const u8, n: usize) -> Self::Q4 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` is valid for the bytes this
@@ -139,9 +279,7 @@ impl IntLanes for Avx2I32 {
                     word[h] = _mm256_add_epi8(_mm256_or_si256(l, hb), bias);
                 }
             }
-            let (s0, s1) = q6_sub_scales(sub, n);
-            let sc0: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s0.as_ptr().add(8 * h).cast()));
-            let sc1: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s1.as_ptr().add(8 * h).cast()));
+            let (sc0, sc1) = sub_scales256(sub, n);
             (w, sc0, sc1)
         }
     }
@@ -165,9 +303,7 @@ impl IntLanes for Avx2I32 {
                     w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
                 }
             }
-            let (s0, s1) = q6_sub_scales(sub, n);
-            let sc0: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s0.as_ptr().add(8 * h).cast()));
-            let sc1: [__m256i; 2] = per_index!(2, |h| _mm256_loadu_si256(s1.as_ptr().add(8 * h).cast()));
+            let (sc0, sc1) = sub_scales256(sub, n);
             (w, sc0, sc1)
         }
     }
