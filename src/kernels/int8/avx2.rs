@@ -107,10 +107,11 @@ unsafe fn sub_scales256(sub: *const u8, n: usize) -> ([__m256i; 2], [__m256i; 2]
 
 impl IntLanes for Avx2I32 {
     type F = Avx2x2;
-    /// Tiles of nibble codes (Q4_0, Q4_1, Q4_K) word by word: each code word is unpacked
-    /// right before its `maddubs` and used for all the tile's tokens, so no unpacked chunk is
-    /// held in registers (or spilled). The integer sums are `dot_q4`'s (in i16 within its
-    /// bounds, then widened), so the result is `wide_chunk_dots`', which the other types take.
+    /// Tiles of nibble codes (Q4_0, Q4_1, Q4_K) and of Q8_0 codes word by word: each code
+    /// word is unpacked right before its `maddubs` and used for all the tile's tokens, so no
+    /// unpacked chunk is held in registers (or spilled). The integer sums are `dot_q4`'s and
+    /// `dot_q8`'s (in i16 within their bounds, then widened), so the result is
+    /// `wide_chunk_dots`', which the other types take.
     #[inline(always)]
     unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
         rows: &[*const u8; NR],
@@ -123,7 +124,10 @@ impl IntLanes for Avx2I32 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `rows`, `d_ptr` and `x` cover chunk `c`
         // of the tile as `wide_chunk_dots` asks (the `IntLanes` contract).
         unsafe {
-            if K::CODE_BYTES != 16 || !matches!(K::BIAS_LOG2, None | Some(3)) {
+            // Q8_0 is the one type with 32 code bytes per group.
+            let q8 = K::CODE_BYTES == 32;
+            let nibbles = K::CODE_BYTES == 16 && matches!(K::BIAS_LOG2, None | Some(3));
+            if !q8 && !nibbles {
                 return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
             }
             let g0 = c * CHUNK_GROUPS;
@@ -134,6 +138,23 @@ impl IntLanes for Avx2I32 {
             // [row][token][half]
             let mut sums = [[[_mm256_setzero_si256(); 2]; NT]; NR];
             for h in 0..2 {
+                if q8 {
+                    // As `dot_q8`: `|q| * sign(q) x`, each word widened to i32 before adding.
+                    for j in 0..8 {
+                        let w: [(__m256i, __m256i); NR] = per_index!(NR, |r| {
+                            let raw = word256(codes[r], j, n, h);
+                            (_mm256_abs_epi8(raw), raw)
+                        });
+                        for t in 0..NT {
+                            let xj = _mm256_loadu_si256(xq[t].add(64 * j + 32 * h).cast());
+                            for r in 0..NR {
+                                let p = _mm256_maddubs_epi16(w[r].0, _mm256_sign_epi8(xj, w[r].1));
+                                sums[r][t][h] = _mm256_add_epi32(sums[r][t][h], _mm256_madd_epi16(p, ones));
+                            }
+                        }
+                    }
+                    continue;
+                }
                 let mut s = [[_mm256_setzero_si256(); NT]; NR];
                 for j in 0..4 {
                     let w: [(__m256i, __m256i); NR] = per_index!(NR, |r| {
@@ -162,7 +183,8 @@ impl IntLanes for Avx2I32 {
                 let sx = if K::OFFSET { Avx2x2::load(x.s.add(lane)) } else { Avx2x2::zero() };
                 for r in 0..NR {
                     let mut isum = Avx2I32(sums[r][t][0], sums[r][t][1]);
-                    if K::BIAS_LOG2.is_some() {
+                    // Q4_0's nibbles are `q + 8` (Q8_0's bias is for AVX-512 only).
+                    if nibbles && K::BIAS_LOG2.is_some() {
                         isum = isum.minus_8_qsum(x.qsum.add(lane));
                     }
                     acc[r][t] = scale_add::<Avx2x2, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
