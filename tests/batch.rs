@@ -179,7 +179,8 @@ fn cancelled_and_oversized_requests_fail_alone() {
         GenerationSpec::new(vec![1; n], SamplerConfig::greedy(), stop, vocab).unwrap()
     };
     // More than the whole cache memory: refused at once.
-    assert!(matches!(batch.submit(request(200, 200)), Err(Error::ContextOverflow { requested: 400, allowed: 300 })));
+    // The pool holds whole blocks of 16 positions: 18 of them, 288 positions.
+    assert!(matches!(batch.submit(request(200, 200)), Err(Error::ContextOverflow { requested: 400, allowed: 288 })));
     let long = batch.submit(request(100, 150)).unwrap();
     let cancelled = batch.submit(request(10, 100)).unwrap();
     let waiting = batch.submit(request(20, 100)).unwrap(); // waits for room (250 + 120 > 300)

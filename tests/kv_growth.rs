@@ -43,7 +43,7 @@ fn requests(loaded: &LoadedModel, n: usize, max_tokens: Option<usize>, stop_toke
 }
 
 /// Submits every request at once and drains them, recording the most sequences seen running
-/// and checking that the granted KV bytes and the prefix cache's stay within their bounds.
+/// and checking that the KV bytes held and the prefix cache's stay within their bounds.
 fn run_all(batch: &BatchEngine, requests: &[GenerationSpec]) -> (Vec<Outcome>, usize) {
     let handles: Vec<RequestHandle> = requests.iter().map(|r| batch.submit(r.clone()).unwrap()).collect();
     let options = batch.options();
@@ -52,6 +52,8 @@ fn run_all(batch: &BatchEngine, requests: &[GenerationSpec]) -> (Vec<Outcome>, u
         let stats = batch.stats();
         peak = peak.max(stats.running);
         assert!(stats.kv_bytes <= options.kv_memory, "{stats:?}");
+        // Every block of the pool is held by running sequences or not, never both.
+        assert_eq!((stats.kv_blocks_used + stats.kv_blocks_free) * BLOCK_TOKENS, batch.pool_positions(), "{stats:?}");
         assert!(stats.prefix_cache.bytes <= options.prefix_cache_bytes, "{stats:?}");
         std::thread::sleep(std::time::Duration::from_millis(1));
     }

@@ -3,7 +3,8 @@
 //! the same as the request run alone on a session, for multi-turn conversations sharing a
 //! system prompt, prompts diverging inside a block, prompts ending on a block boundary,
 //! greedy and sampled decoding, both precisions, both KV dtypes and 1 to 3 threads; and the
-//! cache stays within its bound while it evicts.
+//! cache stays within its bound while it evicts; sequences sharing a prefix hold its blocks
+//! once (shared by reference, not copied).
 
 use crate::common;
 use crate::common::outcome::{alone, drain, Outcome};
@@ -210,4 +211,57 @@ fn a_bound_below_one_block_turns_the_prefix_cache_off() {
         assert_eq!(handle.cached_tokens(), 0);
     }
     assert_eq!(batch.stats().prefix_cache, Default::default());
+}
+
+#[test]
+fn sequences_sharing_a_prefix_hold_its_blocks_once() {
+    let loaded = load(2, "float32");
+    let vocab = loaded.config().vocab_size;
+    let block_bytes = BLOCK_TOKENS * loaded.kv_bytes_per_position(KvDtype::F32);
+    // 8 sequences of a 10-block shared prefix, 8 tokens of their own and 24 generated (12
+    // blocks each): 96 blocks if each held its own copy, 10 + 8 x 2 shared.
+    let pool_blocks = 38;
+    let options = BatchOptions {
+        kv_memory: pool_blocks * block_bytes,
+        prefix_cache_bytes: pool_blocks * block_bytes,
+        ..BatchOptions::defaults_for(&loaded)
+    };
+    let batch = BatchEngine::new(Arc::clone(&loaded), options).unwrap();
+    let mut rng = common::Rng(31);
+    let mut ids = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next() % vocab as u64) as u32).collect() };
+    let shared = ids(10 * BLOCK_TOKENS);
+    let stop = |max_tokens| StopConditions { max_tokens, ..StopConditions::default() };
+    let warm = GenerationSpec::new([shared.clone(), ids(1)].concat(), SamplerConfig::greedy(), stop(1), vocab).unwrap();
+    drain(&batch.submit(warm).unwrap());
+    let requests: Vec<GenerationSpec> = (0..8)
+        .map(|i| {
+            let sampler = SamplerConfig { temperature: 0.8, seed: i, ..SamplerConfig::default() };
+            GenerationSpec::new([shared.clone(), ids(8)].concat(), sampler, stop(24), vocab).unwrap()
+        })
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (outcomes, peak) = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let (mut running, mut used) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let stats = batch.stats();
+                running = running.max(stats.running);
+                used = used.max(stats.kv_blocks_used);
+                assert!(stats.kv_blocks_used + stats.kv_blocks_free == pool_blocks, "{stats:?}");
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            (running, used)
+        });
+        let handles: Vec<RequestHandle> = requests.iter().map(|r| batch.submit(r.clone()).unwrap()).collect();
+        let outcomes: Vec<(Outcome, usize)> = handles.iter().map(|h| (drain(h), h.cached_tokens())).collect();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (outcomes, watcher.join().unwrap())
+    });
+    assert_eq!(peak.0, 8, "all eight ran at once");
+    assert!(peak.1 <= 10 + 8 * 2, "{} blocks in use at the peak", peak.1);
+    assert_eq!(batch.stats().preemptions, 0);
+    for (i, (request, (outcome, cached))) in requests.iter().zip(&outcomes).enumerate() {
+        assert_eq!(*cached, shared.len(), "request {i}");
+        assert_eq!(*outcome, alone(&loaded, KvDtype::F32, request), "request {i}");
+    }
 }

@@ -46,7 +46,8 @@ class EngineStats:
     running: int
     """Sequences being computed."""
     kv_bytes: int
-    """Bytes of KV cache granted to the running sequences (their positions, in whole blocks of 16)."""
+    """Bytes of the KV pool's blocks (16 positions each) the running sequences hold; a block
+    several of them share counts once."""
     passes: int
     """Forward passes run so far."""
     prompt_tokens: int
@@ -58,16 +59,17 @@ class EngineStats:
     prefix_cache_misses: int = 0
     """Full prompt blocks that were not in the prefix cache (and were computed)."""
     prefix_cache_evictions: int = 0
-    """Blocks the prefix cache evicted to stay within its bound."""
+    """Blocks the prefix cache evicted to stay within its bound or to give the pool room."""
     prefix_cache_bytes: int = 0
-    """Bytes the prefix cache holds."""
+    """Bytes of the blocks the prefix cache indexes (they are in the KV pool)."""
     preemptions: int = 0
     """Running sequences preempted so far when the KV memory ran out (each was requeued and
     recomputed later, with the same results)."""
     kv_blocks_used: int = 0
-    """Blocks of 16 positions of KV memory granted to the running sequences."""
+    """Blocks of 16 positions of the KV pool the running sequences hold (a shared block once)."""
     kv_blocks_free: int = 0
-    """Whole blocks of KV memory not granted to any sequence."""
+    """Blocks of the KV pool no running sequence holds: free, or kept only by the prefix cache,
+    which gives them back when the pool needs them."""
 
 
 def _chunks(core: _core.Stream) -> Iterator[Chunk]:
@@ -141,15 +143,17 @@ class Model:
         :meth:`submit` takes these limits: ``max_concurrent`` sequences computed together
         (default 64), ``max_queue`` requests waiting for them (default: no limit; beyond it
         :class:`EngineOverloadedError`), ``max_batch_tokens`` rows per forward pass (default
-        512), ``kv_memory`` bytes of KV cache for all running sequences (default: a quarter of
-        the memory available at load time). None of them changes any result. ``kv_dtype``: the
+        512), ``kv_memory`` bytes of the one pool of KV blocks (16 positions each) that all
+        running sequences take theirs from as they grow (default: a quarter of the memory
+        available at load time). None of them changes any result. ``kv_dtype``: the
         number type of the engine's KV caches, ``"f32"`` (default) or ``"f16"`` (half the
         memory and memory traffic, as for :meth:`session`; every result is then a
         :meth:`session` with ``kv_dtype="f16"``'s, bit for bit). ``prefix_cache_bytes``: the
-        bound of the prefix cache, which keeps the keys and values of computed prompts (and
-        generated text) in blocks of 16 positions so that later prompts with the same start
-        reuse them (default: a quarter of ``kv_memory``; ``0`` turns it off). It changes no
-        result either: a reused block has the bits of a computed one
+        bound of the prefix cache, which keeps the pool's blocks of computed prompts (and
+        generated text) so that later prompts with the same start share them instead of
+        computing them (default: all of ``kv_memory``, whose blocks it gives back when running
+        sequences need them; ``0`` turns it off). It changes no result either: a shared block
+        has the bits of a computed one
         (:attr:`Completion.cached_tokens` tells how many prompt tokens were reused).
         """
         loaded = _core.LoadedModel(

@@ -413,8 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rows per forward pass (default 512); smaller keeps long prompts from stalling the "
                          "other sequences' tokens")
     sv.add_argument("--prefix-cache-bytes", type=int, default=None, metavar="N",
-                    help="bound of the prefix cache that lets requests reuse the computed start of earlier "
-                         "prompts, same results either way (default: a quarter of the KV memory; 0: off)")
+                    help="bound of the prefix cache that lets requests share the computed start of earlier "
+                         "prompts, same results either way (default: all of the KV memory; 0: off)")
     sv.add_argument("--api-key", default=None, metavar="KEY",
                     help="require 'Authorization: Bearer KEY' on every endpoint but /health and the chat page at / "
                          "(401 otherwise)")

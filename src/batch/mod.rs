@@ -22,26 +22,30 @@
 //! pass to save passes, which pays for a sequence decoding alone; a full batch already shares
 //! each weight read among its sequences, and rejected drafts would take rows from them.
 //!
-//! **Memory.** `kv_memory` is a budget of positions shared by the running sequences, granted in
-//! blocks of [`BLOCK_TOKENS`] positions as each sequence grows rather than reserved for its
-//! whole length at admission. A sequence is admitted when the blocks of its prompt fit with a
-//! block of room left for every running sequence. When a running sequence cannot grow, the
-//! most recently admitted sequence is preempted: its cache is freed and it goes back to the
-//! front of the queue with its decoder (the tokens generated so far and the sampler's state),
-//! and when it is admitted again its prompt and generated tokens are recomputed (partly from
-//! the prefix cache) before it continues. Recomputed rows have the bits of the first
-//! computation and the sampler draws from its own counter, so a preempted request's results do
-//! not change; the client sees only time. The oldest running sequence is never preempted, so
-//! the engine always makes progress. A request that could never fit (prompt plus `max_tokens`
-//! beyond the context or the whole `kv_memory`) is refused when submitted.
+//! **Memory.** `kv_memory` is one pool of KV blocks of [`BLOCK_TOKENS`] positions for all
+//! sequences ([`KvMemory`](crate::model::KvMemory)). Each sequence's cache is a block table
+//! into it, given blocks as it grows rather than reserved for its whole length at admission.
+//! A sequence is admitted when the blocks of its prompt fit with a block of room left for
+//! every running sequence. When a running sequence cannot grow, the pool first takes back
+//! blocks that only the prefix cache holds, then the most recently admitted sequence is
+//! preempted: its blocks are released and it goes back to the front of the queue with its
+//! decoder (the tokens generated so far and the sampler's state), and when it is admitted
+//! again its prompt and generated tokens are recomputed (partly from the prefix cache) before
+//! it continues. Recomputed rows have the bits of the first computation and the sampler draws
+//! from its own counter, so a preempted request's results do not change; the client sees
+//! only time. The oldest running sequence is never preempted, so the engine always makes
+//! progress. A request that could never fit (prompt plus `max_tokens` beyond the context or
+//! the pool's positions) is refused when submitted.
 //!
-//! **Prefix cache.** Full blocks of [`BLOCK_TOKENS`] positions of every sequence's keys and
-//! values (prompt and generated text) are kept in a [`PrefixCache`] bounded by
-//! `prefix_cache_bytes`; an admitted prompt copies the longest chain of cached blocks it starts
-//! with and computes only the rest (always at least its last token, whose logits it needs).
-//! A copied row has the bits of a computed one, so a request's results do not depend on what
-//! the cache held (see [`prefix_cache`]).
+//! **Prefix cache.** Full blocks of every sequence's keys and values (prompt and generated
+//! text) are indexed by a [`PrefixCache`] bounded by `prefix_cache_bytes`; an admitted prompt
+//! takes the longest chain of indexed blocks it starts with into its block table, shared
+//! read-only with every other sequence that does, and computes only the rest (always at
+//! least its last token, whose logits it needs). Attention reads a shared row's bytes just as
+//! it reads a computed one's, so a request's results do not depend on what the cache held
+//! (see [`prefix_cache`]).
 
+mod block_pool;
 mod handle;
 pub mod prefix_cache;
 mod scheduler;
@@ -58,6 +62,7 @@ use crate::decode::GenerationSpec;
 use crate::loaded_model::LoadedModel;
 use crate::error::{Error, Result};
 use crate::model::KvDtype;
+use block_pool::BlockPool;
 use handle::Channel;
 
 /// Limits of a [`BatchEngine`].
@@ -70,21 +75,24 @@ pub struct BatchOptions {
     pub max_queue: usize,
     /// Rows (tokens) of one forward pass: one per running sequence plus prompt chunks.
     pub max_batch_tokens: usize,
-    /// Bytes of KV cache all running sequences may hold together.
+    /// Bytes of the pool of KV blocks all sequences (and the prefix cache) take theirs from;
+    /// at least one block of [`BLOCK_TOKENS`] positions.
     pub kv_memory: usize,
     /// The number type of the caches.
     pub kv_dtype: KvDtype,
-    /// Bytes the prefix cache may hold (0: no prefix cache). Separate from `kv_memory`.
+    /// Bytes of the pool's blocks the prefix cache may index (less than a block: no prefix
+    /// cache). Its blocks are in the pool; those no running sequence reads are taken back
+    /// when the pool runs out of free blocks.
     pub prefix_cache_bytes: usize,
 }
 
 impl BatchOptions {
     /// The defaults for `engine`: 64 sequences, no queue limit, 512 rows per pass, f32
-    /// caches taking at most a quarter of the memory available now, and a prefix cache of a
-    /// quarter of that ([`BatchOptions::default_prefix_cache_bytes`]).
+    /// caches taking at most a quarter of the memory available now, and a prefix cache that
+    /// may index all of it ([`BatchOptions::default_prefix_cache_bytes`]).
     pub fn defaults_for(loaded: &LoadedModel) -> BatchOptions {
         let quarter = crate::loaded_model::available_memory().map_or(1 << 30, |m| m / 4);
-        let kv_memory = quarter.max(loaded.kv_bytes_per_position(KvDtype::F32));
+        let kv_memory = quarter.max(BLOCK_TOKENS * loaded.kv_bytes_per_position(KvDtype::F32));
         BatchOptions {
             max_concurrent: 64,
             max_queue: usize::MAX,
@@ -95,9 +103,10 @@ impl BatchOptions {
         }
     }
 
-    /// The default bound of the prefix cache for a given `kv_memory`: a quarter of it.
+    /// The default bound of the prefix cache for a given `kv_memory`: all of it (what the
+    /// cache keeps costs the running sequences nothing; the pool takes it back as needed).
     pub fn default_prefix_cache_bytes(kv_memory: usize) -> usize {
-        kv_memory / 4
+        kv_memory
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -124,12 +133,12 @@ pub struct EngineStats {
     pub waiting: usize,
     /// Sequences running (admitted, not finished).
     pub running: usize,
-    /// Bytes of KV cache granted to the running sequences (their positions, rounded up to
-    /// whole blocks of [`BLOCK_TOKENS`]).
+    /// Bytes of the pool's blocks the running sequences hold (a shared block once).
     pub kv_bytes: usize,
-    /// Blocks of [`BLOCK_TOKENS`] positions granted to the running sequences.
+    /// Blocks of [`BLOCK_TOKENS`] positions the running sequences hold (a shared block once).
     pub kv_blocks_used: usize,
-    /// Whole blocks of `kv_memory` not granted to any sequence.
+    /// Blocks of the pool no running sequence holds: free, or held only by the prefix cache
+    /// (which gives them back when the pool needs them).
     pub kv_blocks_free: usize,
     /// Running sequences preempted so far to let older ones grow (each was requeued and its
     /// context recomputed when it was admitted again).
@@ -202,13 +211,21 @@ impl BatchEngine {
     /// Starts the engine thread.
     pub fn new(loaded: Arc<LoadedModel>, options: BatchOptions) -> Result<BatchEngine> {
         options.validate()?;
-        let wakeup =
-            Arc::new(Wakeup { inbox: Mutex::new(Inbox::default()), work: Condvar::new(), events: Condvar::new() });
+        let block_bytes = BLOCK_TOKENS * loaded.kv_bytes_per_position(options.kv_dtype);
+        if options.kv_memory < block_bytes {
+            return Err(Error::invalid_argument(
+                "kv_memory",
+                format!("must hold at least one block of {BLOCK_TOKENS} positions ({block_bytes} bytes), got {}", options.kv_memory),
+            ));
+        }
+        let pool = BlockPool::new(loaded.config(), options.kv_dtype, options.kv_memory / block_bytes)?;
+        let inbox = Inbox { stats: EngineStats { kv_blocks_free: pool.n_blocks(), ..EngineStats::default() }, ..Inbox::default() };
+        let wakeup = Arc::new(Wakeup { inbox: Mutex::new(inbox), work: Condvar::new(), events: Condvar::new() });
         let thread = {
             let (loaded, wakeup) = (Arc::clone(&loaded), Arc::clone(&wakeup));
             std::thread::Builder::new()
                 .name("reprolm-batch".into())
-                .spawn(move || scheduler::run(&loaded, options, &wakeup))
+                .spawn(move || scheduler::run(&loaded, options, pool, &wakeup))
                 .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?
         };
         let generation = crate::threads::fork_generation();
@@ -223,6 +240,12 @@ impl BatchEngine {
 
     pub fn options(&self) -> &BatchOptions {
         &self.options
+    }
+
+    /// Positions the pool of `kv_memory` holds: its whole blocks of [`BLOCK_TOKENS`].
+    pub fn pool_positions(&self) -> usize {
+        let block_bytes = BLOCK_TOKENS * self.loaded.kv_bytes_per_position(self.options.kv_dtype);
+        self.options.kv_memory / block_bytes * BLOCK_TOKENS
     }
 
     pub fn loaded(&self) -> &Arc<LoadedModel> {
@@ -245,8 +268,7 @@ impl BatchEngine {
             ));
         }
         let needed = request.positions_needed();
-        let per_position = self.loaded.kv_bytes_per_position(self.options.kv_dtype);
-        let allowed = self.loaded.config().context_length.min(self.options.kv_memory / per_position);
+        let allowed = self.loaded.config().context_length.min(self.pool_positions());
         if needed > allowed {
             return Err(Error::ContextOverflow { requested: needed, allowed });
         }

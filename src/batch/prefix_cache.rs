@@ -1,6 +1,7 @@
-//! The prefix cache: the keys and values of full blocks of [`BLOCK_TOKENS`] positions that
-//! earlier sequences computed, kept across requests so that a later prompt starting with the
-//! same tokens copies them instead of computing them.
+//! The prefix cache: an index of full blocks of [`BLOCK_TOKENS`] positions that earlier
+//! sequences computed, kept in the engine's [`BlockPool`] across requests so that a later
+//! prompt starting with the same tokens takes those blocks into its own block table (shared,
+//! read-only) instead of computing them.
 //!
 //! # Keys
 //!
@@ -19,21 +20,27 @@
 //!
 //! # Memory
 //!
-//! The blocks' bytes stay within `max_bytes`: inserting a block first evicts the least
-//! recently used blocks that no running sequence reads and that have no cached children; if
-//! that frees too little, the block is not stored. A sequence that reused blocks holds them
-//! ([`PrefixCache::lookup`] pins, [`PrefixCache::release`] unpins) until it ends.
+//! The blocks live in the pool, and the cache holds each block it indexes. Their bytes stay
+//! within `max_bytes`: indexing a block first evicts the least recently used blocks that no
+//! running sequence reads and that have no indexed children; if that frees too little, the
+//! block is not indexed. The pool, when it runs out of free blocks, also evicts such blocks
+//! ([`PrefixCache::evict_one`]). A running sequence pins every indexed block in its table
+//! ([`PrefixCache::acquire`] and [`PrefixCache::insert`] pin, [`PrefixCache::release`]
+//! unpins) until it ends. A sequence pins a chain from its first block on, so the ancestors
+//! of a pinned block are pinned too, and every unpinned block can be evicted (leaves first):
+//! [`PrefixCache::unpinned`] blocks are the pool's to take back.
 //!
 //! # Bits
 //!
-//! A block holds the exact bytes the cache stored (already rounded to the KV dtype). A
+//! A block holds the exact bytes its sequence stored (already rounded to the KV dtype). A
 //! multi-token pass computes each row with the op sequence of a single step, and attention
-//! reads the keys of positions `0..=q` in position order with chunks fixed by positions, so a
-//! copied prefix gives the same bits as a computed one.
+//! reads the keys of positions `0..=q` in position order whatever the blocks holding them, so
+//! a shared prefix gives the same bits as a computed one.
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::model::{KvCache, Overflow};
+use super::block_pool::BlockPool;
+use crate::model::{KvCache, KvMemory};
 use crate::state::xxh64;
 
 /// Positions per cached block.
@@ -45,14 +52,13 @@ struct Block {
     parent: Option<u64>,
     /// [BLOCK_TOKENS] the token ids of the block's positions
     tokens: Vec<u32>,
-    /// [n_layers][n_kv_heads][2: keys, values][BLOCK_TOKENS][head_dim] numbers in the KV
-    /// dtype, as bytes ([`KvCache::read_slots`])
-    rows: Vec<u8>,
+    /// The pool block holding its keys and values.
+    block: u32,
     /// Tick of the last lookup or insertion that used it.
     last_use: u64,
     /// Cached blocks whose parent it is.
     children: usize,
-    /// Running sequences that reused it.
+    /// Running sequences that hold it in their block tables.
     readers: usize,
 }
 
@@ -63,7 +69,7 @@ pub struct PrefixCacheStats {
     pub hits: u64,
     /// Full prompt blocks looked up at admission and not found (they are computed).
     pub misses: u64,
-    /// Blocks evicted to make room.
+    /// Blocks evicted to make room (in the cache's bound or in the pool).
     pub evictions: u64,
     /// Bytes of the blocks held now.
     pub bytes: usize,
@@ -136,10 +142,8 @@ impl PrefixCache {
     }
 
     /// The keys of the longest chain of cached blocks that `tokens` starts with (whole blocks
-    /// only; a trailing partial block is not looked up). The blocks found are pinned until
-    /// [`PrefixCache::release`]; counts one hit per block found and one miss per full block
-    /// not found.
-    pub fn lookup(&mut self, tokens: &[u32]) -> Vec<u64> {
+    /// only; a trailing partial block is not looked up).
+    pub fn find(&self, tokens: &[u32]) -> Vec<u64> {
         let mut keys = Vec::new();
         let mut parent = None;
         for chunk in tokens.chunks_exact(BLOCK_TOKENS) {
@@ -148,29 +152,40 @@ impl PrefixCache {
                 Some(b) if b.parent == parent && b.tokens == chunk => {}
                 _ => break,
             }
-            self.touch(key);
-            self.blocks.get_mut(&key).expect("found above").readers += 1;
             keys.push(key);
             parent = Some(key);
         }
-        self.stats.hits += keys.len() as u64;
-        self.stats.misses += (tokens.len() / BLOCK_TOKENS - keys.len()) as u64;
         keys
     }
 
-    /// Copies the rows of the chain `keys` (from [`PrefixCache::lookup`]) into the empty
-    /// `cache` (one that never slides, so slot `p` holds position `p`), positions
-    /// `0 .. keys.len() * BLOCK_TOKENS`, and marks them written.
-    pub fn copy_into(&self, keys: &[u64], cache: &mut KvCache) {
-        assert!(cache.is_empty(), "blocks are copied into a fresh cache");
-        assert_eq!(cache.overflow(), Overflow::Error, "slot p holds position p");
-        for (i, key) in keys.iter().enumerate() {
-            cache.write_slots(i * BLOCK_TOKENS, &self.blocks[key].rows);
+    /// Pins the chain `keys` (from [`PrefixCache::find`] on a prompt of `full_blocks` whole
+    /// blocks) for a sequence that takes its blocks, until [`PrefixCache::release`]; counts
+    /// one hit per block and one miss per full block not found.
+    pub fn acquire(&mut self, keys: &[u64], full_blocks: usize) {
+        for &key in keys {
+            self.touch(key);
+            self.blocks.get_mut(&key).expect("found by find").readers += 1;
         }
-        cache.advance_to(keys.len() * BLOCK_TOKENS);
+        self.stats.hits += keys.len() as u64;
+        self.stats.misses += (full_blocks - keys.len()) as u64;
     }
 
-    /// Unpins blocks pinned by [`PrefixCache::lookup`].
+    /// The pool block of the cached block `key`.
+    pub fn block(&self, key: u64) -> u32 {
+        self.blocks[&key].block
+    }
+
+    /// How many of `keys` no running sequence pins.
+    pub fn unpinned_among(&self, keys: &[u64]) -> usize {
+        keys.iter().filter(|k| self.blocks[k].readers == 0).count()
+    }
+
+    /// Blocks no running sequence reads: the pool's to take back ([`PrefixCache::evict_one`]).
+    pub fn unpinned(&self) -> usize {
+        self.blocks.values().filter(|b| b.readers == 0).count()
+    }
+
+    /// Unpins blocks pinned by [`PrefixCache::acquire`] or [`PrefixCache::insert`].
     pub fn release(&mut self, keys: &[u64]) {
         for key in keys {
             if let Some(block) = self.blocks.get_mut(key) {
@@ -179,65 +194,98 @@ impl PrefixCache {
         }
     }
 
-    /// Stores the block of `tokens` ([`BLOCK_TOKENS`] ids) after the block `parent`, its rows
-    /// read from `cache` (one that never slides) at `slots` when it is not held yet. Returns its key, or `None` when
-    /// it cannot be stored (no room, the parent is gone, or another block holds its key), in
-    /// which case no later block of the chain can be either.
-    pub fn insert(&mut self, parent: Option<u64>, tokens: &[u32], cache: &KvCache, slots: std::ops::Range<usize>) -> Option<u64> {
+    /// Indexes the full block `i` of `cache` (a paged cache that holds positions
+    /// `i * B .. (i + 1) * B`, `B = BLOCK_TOKENS`), whose tokens are `tokens`, after the block
+    /// `parent` (`None`: the first block), and pins it for the sequence. When an equal block
+    /// (same key, tokens, parent and bytes) is indexed already, the cache's table takes that
+    /// one instead and its own is released, so that the sequence's pinned blocks stay one
+    /// chain. Returns the key, or `None` when the block cannot be indexed (no room, the
+    /// parent is gone, or another block holds its key), in which case no later block of the
+    /// chain can be either.
+    pub fn insert(&mut self, parent: Option<u64>, tokens: &[u32], cache: &mut KvCache, i: usize, pool: &mut BlockPool) -> Option<u64> {
         debug_assert_eq!(tokens.len(), BLOCK_TOKENS);
         let key = self.key(parent, tokens);
+        let own = cache.blocks()[i];
         if let Some(b) = self.blocks.get(&key) {
             if b.parent != parent || b.tokens != tokens {
                 return None;
             }
+            let cached = b.block;
+            if cached != own {
+                // The same tokens after the same prefix: the same bytes, as every computation
+                // of a row gives the same bits. Checked, so a difference could never be shared.
+                let equal = pool.memory().blocks_equal(cached, own);
+                debug_assert!(equal, "two computations of one block differ");
+                if !equal {
+                    return None;
+                }
+                let old = cache.replace_block(i, cached);
+                pool.release(old);
+            }
             self.touch(key);
+            self.blocks.get_mut(&key).expect("found above").readers += 1;
             return Some(key);
         }
         if let Some(p) = parent {
             // The parent is held while room is made, so the chain stays whole.
             self.blocks.get_mut(&p)?.children += 1;
         }
-        if !self.make_room() {
+        if !self.make_room(pool) {
             if let Some(p) = parent {
                 self.blocks.get_mut(&p).expect("held above").children -= 1;
             }
             return None;
         }
-        assert_eq!(cache.overflow(), Overflow::Error, "slot p holds position p");
-        let mut rows = Vec::new();
-        cache.read_slots(slots, &mut rows);
-        debug_assert_eq!(rows.len(), self.block_bytes);
+        pool.memory().retain(own);
         self.clock += 1;
-        let block = Block { parent, tokens: tokens.to_vec(), rows, last_use: self.clock, children: 0, readers: 0 };
+        let block = Block { parent, tokens: tokens.to_vec(), block: own, last_use: self.clock, children: 0, readers: 1 };
         self.blocks.insert(key, block);
         self.lru.insert((self.clock, key));
         Some(key)
     }
 
-    /// Evicts unread leaf blocks, least recently used first, until one more block fits;
+    /// Evicts unpinned leaf blocks, least recently used first, until one more block fits;
     /// returns whether it does.
-    fn make_room(&mut self) -> bool {
+    fn make_room(&mut self, pool: &mut BlockPool) -> bool {
         while (self.blocks.len() + 1) * self.block_bytes > self.max_bytes {
-            let victim = self.lru.iter().find(|(_, key)| {
-                let b = &self.blocks[key];
-                b.children == 0 && b.readers == 0
-            });
-            let Some(&(tick, key)) = victim else { return false };
-            self.lru.remove(&(tick, key));
-            let block = self.blocks.remove(&key).expect("listed blocks are held");
-            if let Some(p) = block.parent {
-                self.blocks.get_mut(&p).expect("a parent outlives its children").children -= 1;
+            if !self.evict_one(pool) {
+                return false;
             }
-            self.stats.evictions += 1;
         }
         true
     }
 
+    /// Evicts the least recently used block that no running sequence reads and no cached
+    /// block extends, releasing it to `pool`; returns whether there was one.
+    pub fn evict_one(&mut self, pool: &mut BlockPool) -> bool {
+        let victim = self.lru.iter().find(|(_, key)| {
+            let b = &self.blocks[key];
+            b.children == 0 && b.readers == 0
+        });
+        let Some(&(tick, key)) = victim else { return false };
+        self.lru.remove(&(tick, key));
+        let block = self.blocks.remove(&key).expect("listed blocks are held");
+        if let Some(p) = block.parent {
+            self.blocks.get_mut(&p).expect("a parent outlives its children").children -= 1;
+        }
+        pool.release(block.block);
+        self.stats.evictions += 1;
+        true
+    }
+
     /// Checks the cache's invariants (for tests): every block's parent is held and counts it
-    /// as a child, the LRU list names every block once, and the bytes are within the bound.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    /// as a child, a pinned block's parent is pinned, the pool block of each is held by the
+    /// cache and its readers, the LRU list names every block once, and the bytes are within
+    /// the bound.
+    pub fn check_invariants(&self, memory: &KvMemory) -> Result<(), String> {
         let mut children: HashMap<u64, usize> = HashMap::new();
         for (key, b) in &self.blocks {
+            if memory.holders(b.block) as usize != b.readers + 1 {
+                return Err(format!("block {key:016x} has {} holders and {} readers", memory.holders(b.block), b.readers));
+            }
+            if b.readers > 0 && b.parent.is_some_and(|p| self.blocks.get(&p).is_some_and(|p| p.readers == 0)) {
+                return Err(format!("block {key:016x} is pinned but its parent is not"));
+            }
             if let Some(p) = b.parent {
                 if !self.blocks.contains_key(&p) {
                     return Err(format!("block {key:016x} names an evicted parent"));
@@ -265,7 +313,7 @@ impl PrefixCache {
 mod tests {
     use super::*;
     use crate::model::config::{LayerAttention, ModelConfig, ARCHITECTURES};
-    use crate::model::{KvCacheOptions, KvDtype};
+    use crate::model::KvDtype;
 
     fn cfg() -> ModelConfig {
         ModelConfig {
@@ -288,11 +336,14 @@ mod tests {
         }
     }
 
-    /// A cache whose rows at position p hold a value made of (seed, p, layer, half).
-    fn filled(tokens: &[u32], dtype: KvDtype) -> KvCache {
+    /// A paged cache from `pool` whose rows at position p hold a value made of (token, p,
+    /// layer, half).
+    fn filled(pool: &mut BlockPool, tokens: &[u32]) -> KvCache {
         let cfg = cfg();
-        let options = KvCacheOptions { capacity: 256, dtype, overflow: Overflow::Error };
-        let mut cache = KvCache::with_options(&cfg, &options).unwrap();
+        let mut cache = KvCache::paged(std::sync::Arc::clone(pool.memory()), 256);
+        for _ in 0..tokens.len().div_ceil(BLOCK_TOKENS) {
+            assert!(pool.grow(&mut cache));
+        }
         for (p, &t) in tokens.iter().enumerate() {
             for l in 0..cfg.n_layers {
                 let k: Vec<f32> = (0..4).map(|j| (t as f32) * 0.5 + (p * 10 + l) as f32 + j as f32 * 0.01).collect();
@@ -304,10 +355,14 @@ mod tests {
         cache
     }
 
-    fn insert_all(pc: &mut PrefixCache, tokens: &[u32], cache: &KvCache) -> Vec<u64> {
+    fn pool(dtype: KvDtype, n_blocks: usize) -> BlockPool {
+        BlockPool::new(&cfg(), dtype, n_blocks).unwrap()
+    }
+
+    fn insert_all(pc: &mut PrefixCache, tokens: &[u32], cache: &mut KvCache, pool: &mut BlockPool) -> Vec<u64> {
         let mut keys = Vec::new();
         for (i, chunk) in tokens.chunks_exact(BLOCK_TOKENS).enumerate() {
-            match pc.insert(keys.last().copied(), chunk, cache, i * BLOCK_TOKENS..(i + 1) * BLOCK_TOKENS) {
+            match pc.insert(keys.last().copied(), chunk, cache, i, pool) {
                 Some(k) => keys.push(k),
                 None => break,
             }
@@ -315,44 +370,79 @@ mod tests {
         keys
     }
 
+    /// A sequence admitted on the chain `keys` of a prompt of `full` blocks: pins the chain and
+    /// takes its blocks into a cache's table.
+    fn admit(pc: &mut PrefixCache, pool: &BlockPool, keys: &[u64], full: usize) -> KvCache {
+        pc.acquire(keys, full);
+        let mut cache = KvCache::paged(std::sync::Arc::clone(pool.memory()), 256);
+        for &k in keys {
+            cache.push_block(pc.block(k));
+        }
+        cache.advance_to(keys.len() * BLOCK_TOKENS);
+        cache
+    }
+
+    /// A sequence of `tokens` computed, indexed and ended (its pins and blocks released).
+    fn run_sequence(pc: &mut PrefixCache, tokens: &[u32], pool: &mut BlockPool) -> Vec<u64> {
+        let mut cache = filled(pool, tokens);
+        let keys = insert_all(pc, tokens, &mut cache, pool);
+        pc.release(&keys);
+        pool.release_cache(&mut cache);
+        keys
+    }
+
     #[test]
-    fn copied_blocks_are_the_stored_bytes_and_chains_stop_where_prompts_diverge() {
+    fn shared_blocks_are_the_stored_bytes_and_chains_stop_where_prompts_diverge() {
         for dtype in [KvDtype::F32, KvDtype::F16] {
-            let a: Vec<u32> = (0..50).map(|i| (i * 7 % 100) as u32).collect();
-            let source = filled(&a, dtype);
-            let block_bytes = source.slot_block_bytes(BLOCK_TOKENS);
+            let mut pool = pool(dtype, 64);
+            let block_bytes = pool.memory().block_bytes();
             let mut pc = PrefixCache::new(b"model", block_bytes, 100 * block_bytes);
-            assert_eq!(insert_all(&mut pc, &a, &source).len(), 3);
+            let a: Vec<u32> = (0..50).map(|i| (i * 7 % 100) as u32).collect();
+            let mut source = filled(&mut pool, &a);
+            let stored = insert_all(&mut pc, &a, &mut source, &mut pool);
+            assert_eq!(stored.len(), 3);
+            let source_block = pool.memory().block_contents(source.blocks()[0]);
             // Same first 20 tokens, then different: one block (positions 0..16) matches.
             let mut b = a.clone();
             b[20] += 1;
-            let keys = pc.lookup(&b[..48]);
+            let keys = pc.find(&b[..48]);
             assert_eq!(keys.len(), 1);
+            let mut reader = admit(&mut pc, &pool, &keys, 3);
             assert_eq!((pc.stats().hits, pc.stats().misses), (1, 2));
-            let mut fresh = KvCache::with_options(&cfg(), &source.options()).unwrap();
-            pc.copy_into(&keys, &mut fresh);
-            assert_eq!(fresh.len(), 16);
-            let (mut x, mut y) = (Vec::new(), Vec::new());
-            source.read_slots(0..16, &mut x);
-            fresh.read_slots(0..16, &mut y);
-            assert_eq!(x, y);
+            assert_eq!(pc.block(keys[0]), source.blocks()[0]);
             // A different first token: nothing matches.
             let mut c = a.clone();
             c[0] += 1;
-            assert!(pc.lookup(&c).is_empty());
-            pc.release(&keys);
-            pc.check_invariants().unwrap();
+            assert!(pc.find(&c).is_empty());
+            // The same tokens computed again by another sequence: its table takes the indexed
+            // blocks and its own go back to the pool.
+            let free = pool.n_free();
+            let mut again = filled(&mut pool, &a);
+            let own = again.blocks().to_vec();
+            assert_eq!(insert_all(&mut pc, &a, &mut again, &mut pool), stored);
+            assert_eq!(&again.blocks()[..3], &source.blocks()[..3]);
+            assert_eq!(again.blocks()[3], own[3]);
+            assert_eq!(pool.n_free(), free - 1);
+            assert_eq!(pool.memory().block_contents(again.blocks()[0]), source_block);
+            pc.check_invariants(pool.memory()).unwrap();
+            for (cache, pins) in [(&mut source, &stored[..]), (&mut again, &stored[..]), (&mut reader, &keys[..])] {
+                pc.release(pins);
+                pool.release_cache(cache);
+            }
+            pc.check_invariants(pool.memory()).unwrap();
+            // Only the cache holds the three blocks now.
+            assert_eq!((pc.unpinned(), pool.n_free()), (3, 61));
         }
     }
 
     #[test]
     fn another_identity_never_matches() {
+        let mut pool = pool(KvDtype::F32, 8);
+        let bytes = pool.memory().block_bytes();
         let a: Vec<u32> = (0..32).collect();
-        let source = filled(&a, KvDtype::F32);
-        let bytes = source.slot_block_bytes(BLOCK_TOKENS);
         let mut one = PrefixCache::new(b"model a, f32", bytes, 10 * bytes);
         let two = PrefixCache::new(b"model a, f16", bytes, 10 * bytes);
-        insert_all(&mut one, &a, &source);
+        run_sequence(&mut one, &a, &mut pool);
         let k = one.key(None, &a[..16]);
         assert!(one.contains(k));
         assert_ne!(two.key(None, &a[..16]), k);
@@ -360,45 +450,74 @@ mod tests {
 
     #[test]
     fn eviction_keeps_the_bound_and_spares_read_blocks_and_parents() {
-        let bytes = filled(&[], KvDtype::F32).slot_block_bytes(BLOCK_TOKENS);
+        let mut pool = pool(KvDtype::F32, 64);
+        let bytes = pool.memory().block_bytes();
         let bound = 10 * bytes + bytes / 2; // room for 10 blocks
         let mut pc = PrefixCache::new(b"m", bytes, bound);
         // A conversation of 4 blocks that a running sequence reads.
         let held: Vec<u32> = (0..64).map(|i| i as u32).collect();
-        insert_all(&mut pc, &held, &filled(&held, KvDtype::F32));
-        let pinned = pc.lookup(&held);
+        run_sequence(&mut pc, &held, &mut pool);
+        let pinned = pc.find(&held);
+        let mut reader = admit(&mut pc, &pool, &pinned, 4);
         assert_eq!(pinned.len(), 4);
         // Many other prompts, far past the bound.
         for s in 0..40u32 {
             let tokens: Vec<u32> = (0..48).map(|i| 1000 + s * 100 + i).collect();
-            insert_all(&mut pc, &tokens, &filled(&tokens, KvDtype::F32));
-            pc.check_invariants().unwrap();
+            run_sequence(&mut pc, &tokens, &mut pool);
+            pc.check_invariants(pool.memory()).unwrap();
             assert!(pc.stats().bytes <= bound);
             assert!(pinned.iter().all(|&k| pc.contains(k)), "a read block was evicted");
         }
         assert!(pc.stats().evictions > 0);
+        // Every block is free but those the cache holds.
+        assert_eq!(pool.n_free(), 64 - pc.len());
         pc.release(&pinned);
+        pool.release_cache(&mut reader);
         // Unpinned, they go as other blocks come.
         for s in 40..50u32 {
             let tokens: Vec<u32> = (0..48).map(|i| 1000 + s * 100 + i).collect();
-            insert_all(&mut pc, &tokens, &filled(&tokens, KvDtype::F32));
+            run_sequence(&mut pc, &tokens, &mut pool);
         }
         assert!(!pinned.iter().any(|&k| pc.contains(k)));
-        pc.check_invariants().unwrap();
+        pc.check_invariants(pool.memory()).unwrap();
     }
 
     #[test]
     fn a_cache_full_of_read_blocks_stores_nothing_more() {
-        let bytes = filled(&[], KvDtype::F32).slot_block_bytes(BLOCK_TOKENS);
+        let mut pool = pool(KvDtype::F32, 8);
+        let bytes = pool.memory().block_bytes();
         let mut pc = PrefixCache::new(b"m", bytes, 2 * bytes);
         let a: Vec<u32> = (0..32).collect();
-        insert_all(&mut pc, &a, &filled(&a, KvDtype::F32));
-        let pinned = pc.lookup(&a);
+        run_sequence(&mut pc, &a, &mut pool);
+        let pinned = pc.find(&a);
+        let mut reader = admit(&mut pc, &pool, &pinned, 2);
         let b: Vec<u32> = (100..132).collect();
-        assert!(insert_all(&mut pc, &b, &filled(&b, KvDtype::F32)).is_empty());
+        assert!(run_sequence(&mut pc, &b, &mut pool).is_empty());
         assert_eq!(pc.len(), 2);
         pc.release(&pinned);
-        assert_eq!(insert_all(&mut pc, &b, &filled(&b, KvDtype::F32)).len(), 2);
-        pc.check_invariants().unwrap();
+        pool.release_cache(&mut reader);
+        assert_eq!(run_sequence(&mut pc, &b, &mut pool).len(), 2);
+        pc.check_invariants(pool.memory()).unwrap();
+    }
+
+    #[test]
+    fn the_pool_takes_back_unpinned_blocks_leaves_first() {
+        let mut pool = pool(KvDtype::F16, 6);
+        let bytes = pool.memory().block_bytes();
+        let mut pc = PrefixCache::new(b"m", bytes, 6 * bytes);
+        let a: Vec<u32> = (0..48).collect();
+        run_sequence(&mut pc, &a, &mut pool);
+        let b: Vec<u32> = (0..16).chain(200..232).collect();
+        run_sequence(&mut pc, &b, &mut pool);
+        // a's 3 blocks and b's last 2 (b's first is a's): 5 held, 1 free.
+        assert_eq!((pc.len(), pc.unpinned(), pool.n_free()), (5, 5, 1));
+        // A sequence reading b's chain pins it; the others go, leaves first.
+        let pinned = pc.find(&b);
+        let _reader = admit(&mut pc, &pool, &pinned, 3);
+        assert_eq!(pc.unpinned(), 2);
+        assert!(pc.evict_one(&mut pool) && pc.evict_one(&mut pool) && !pc.evict_one(&mut pool));
+        assert_eq!((pc.len(), pool.n_free()), (3, 3));
+        assert!(pinned.iter().all(|&k| pc.contains(k)));
+        pc.check_invariants(pool.memory()).unwrap();
     }
 }

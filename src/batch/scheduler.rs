@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use super::block_pool::BlockPool;
 use super::handle::{Channel, Event};
 use super::prefix_cache::{PrefixCache, BLOCK_TOKENS};
 use super::{BatchOptions, EngineStats, Submission, Wakeup};
@@ -11,7 +12,7 @@ use crate::decode::{SequenceDecoder, Step};
 use crate::loaded_model::LoadedModel;
 use crate::error::{Error, Result};
 use crate::kernels::Precision;
-use crate::model::{KvCache, KvCacheOptions, KvDtype, LogitRows, Overflow, Scratch, SeqInput};
+use crate::model::{KvCache, KvDtype, LogitRows, Scratch, SeqInput};
 
 /// A request waiting for admission: new, or preempted (its decoder keeps the tokens generated
 /// so far and the sampler's state; its cache is recomputed when it is admitted again).
@@ -22,19 +23,15 @@ struct Queued {
     resumed: bool,
 }
 
-/// An admitted request: its decoder and its own KV cache.
+/// An admitted request: its decoder and its KV cache (blocks of the pool).
 struct Running {
     channel: Arc<Channel>,
     seq: SequenceDecoder,
     cache: KvCache,
-    /// Positions of the `kv_memory` budget granted to the cache: the positions it holds or is
-    /// about to write, rounded up to whole blocks of [`BLOCK_TOKENS`], at most its capacity.
-    granted: usize,
-    /// Keys of the prefix-cache blocks copied at admission (pinned while it runs).
-    reused: Vec<u64>,
-    /// Key of the prefix-cache block of each full block of positions stored so far, in order.
+    /// Keys of the prefix-cache blocks in the cache's table, from its first block on (taken
+    /// at admission or indexed since); the sequence pins them while it runs.
     blocks: Vec<u64>,
-    /// The prefix cache refused a block: store no more of this sequence.
+    /// The prefix cache refused a block: index no more of this sequence.
     blocks_refused: bool,
 }
 
@@ -51,11 +48,9 @@ impl Running {
     }
 }
 
-/// The positions of the budget a cache of `capacity` positions holding `positions` is granted:
-/// whole blocks, never more than its capacity (so a sequence alone always fits a budget of its
-/// capacity).
-fn grant_for(positions: usize, capacity: usize) -> usize {
-    positions.div_ceil(BLOCK_TOKENS).saturating_mul(BLOCK_TOKENS).min(capacity)
+/// The blocks a cache of `capacity` positions needs to hold `positions`.
+fn blocks_for(positions: usize, capacity: usize) -> usize {
+    positions.min(capacity).div_ceil(BLOCK_TOKENS)
 }
 
 /// The scheduler's state, owned by the engine thread.
@@ -67,10 +62,8 @@ struct Scheduler<'a> {
     waiting: VecDeque<Queued>,
     /// Admitted, in admission order.
     running: Vec<Running>,
-    /// Positions of KV cache `kv_memory` holds.
-    budget: usize,
-    /// Positions granted to `running` (at most `budget`).
-    granted: usize,
+    /// The blocks of `kv_memory` the caches take theirs from.
+    pool: BlockPool,
     scratch: Scratch,
     /// Running totals (passes, tokens) for [`EngineStats`].
     totals: EngineStats,
@@ -82,8 +75,7 @@ struct Scheduler<'a> {
 }
 
 /// The prefix cache for `engine`'s batch caches, if `options` give it room for a block.
-fn prefix_cache(loaded: &LoadedModel, options: &BatchOptions) -> Option<PrefixCache> {
-    let block_bytes = BLOCK_TOKENS * loaded.kv_bytes_per_position(options.kv_dtype);
+fn prefix_cache(loaded: &LoadedModel, options: &BatchOptions, block_bytes: usize) -> Option<PrefixCache> {
     if options.prefix_cache_bytes < block_bytes {
         return None;
     }
@@ -102,18 +94,18 @@ fn prefix_cache(loaded: &LoadedModel, options: &BatchOptions) -> Option<PrefixCa
 }
 
 /// The engine thread's loop: runs until the engine is dropped.
-pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, wakeup: &Wakeup) {
+pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, pool: BlockPool, wakeup: &Wakeup) {
     let eos = loaded.config().eos_id;
+    let block_bytes = pool.memory().block_bytes();
     let mut s = Scheduler {
         loaded,
         options,
         waiting: VecDeque::new(),
         running: Vec::new(),
-        budget: options.kv_memory / loaded.kv_bytes_per_position(options.kv_dtype),
-        granted: 0,
+        pool,
         scratch: Scratch::default(),
         totals: EngineStats::default(),
-        prefix_cache: prefix_cache(loaded, &options),
+        prefix_cache: prefix_cache(loaded, &options, block_bytes),
         last_events: Vec::new(),
     };
     loop {
@@ -157,16 +149,33 @@ pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, wakeup: &Wak
 
 impl Scheduler<'_> {
     fn stats(&self) -> EngineStats {
-        let per_position = self.loaded.kv_bytes_per_position(self.options.kv_dtype);
-        let blocks_used: usize = self.running.iter().map(|r| r.granted.div_ceil(BLOCK_TOKENS)).sum();
+        // Blocks held only by the prefix cache are the pool's to take back: not in use.
+        let reclaimable = self.available();
+        let used = self.pool.n_blocks() - reclaimable;
         EngineStats {
             waiting: self.waiting.len(),
             running: self.running.len(),
-            kv_bytes: self.granted * per_position,
-            kv_blocks_used: blocks_used,
-            kv_blocks_free: (self.budget - self.granted) / BLOCK_TOKENS,
+            kv_bytes: used * self.pool.memory().block_bytes(),
+            kv_blocks_used: used,
+            kv_blocks_free: reclaimable,
             prefix_cache: self.prefix_cache.as_ref().map(|c| c.stats()).unwrap_or_default(),
             ..self.totals
+        }
+    }
+
+    /// Blocks the pool can hand out: free ones, and those only the prefix cache holds.
+    fn available(&self) -> usize {
+        self.pool.n_free() + self.prefix_cache.as_ref().map_or(0, PrefixCache::unpinned)
+    }
+
+    /// Gives `cache` `n` more blocks, evicting prefix-cache blocks no sequence reads when no
+    /// block is free (the caller checked [`Scheduler::available`]).
+    fn grant(pool: &mut BlockPool, prefix_cache: &mut Option<PrefixCache>, cache: &mut KvCache, n: usize) {
+        for _ in 0..n {
+            while !pool.grow(cache) {
+                let evicted = prefix_cache.as_mut().is_some_and(|c| c.evict_one(pool));
+                assert!(evicted, "the pool had room for the blocks granted");
+            }
         }
     }
 
@@ -178,24 +187,24 @@ impl Scheduler<'_> {
         }
     }
 
-    /// Frees what a sequence leaving the engine holds: its granted positions and its pins on
-    /// prefix-cache blocks.
-    fn release(granted: &mut usize, prefix_cache: &mut Option<PrefixCache>, r: &Running) {
-        *granted -= r.granted;
+    /// Frees what a sequence leaving the engine holds: its blocks and its pins on prefix-cache
+    /// blocks.
+    fn release(pool: &mut BlockPool, prefix_cache: &mut Option<PrefixCache>, r: &mut Running) {
         if let Some(cache) = prefix_cache {
-            cache.release(&r.reused);
+            cache.release(&r.blocks);
         }
+        pool.release_cache(&mut r.cache);
     }
 
-    /// Stores the full blocks of positions each running sequence has computed since the last
+    /// Indexes the full blocks of positions each running sequence has computed since the last
     /// call in the prefix cache.
     fn store_blocks(&mut self) {
         let Some(prefix_cache) = &mut self.prefix_cache else { return };
         for r in &mut self.running {
             while !r.blocks_refused && (r.blocks.len() + 1) * BLOCK_TOKENS <= r.cache.len() {
-                let start = r.blocks.len() * BLOCK_TOKENS;
-                let tokens = &r.seq.context()[start..start + BLOCK_TOKENS];
-                match prefix_cache.insert(r.blocks.last().copied(), tokens, &r.cache, start..start + BLOCK_TOKENS) {
+                let i = r.blocks.len();
+                let tokens = &r.seq.context()[i * BLOCK_TOKENS..(i + 1) * BLOCK_TOKENS];
+                match prefix_cache.insert(r.blocks.last().copied(), tokens, &mut r.cache, i, &mut self.pool) {
                     Some(key) => r.blocks.push(key),
                     None => r.blocks_refused = true,
                 }
@@ -206,20 +215,21 @@ impl Scheduler<'_> {
     /// Drops cancelled requests, waiting or running (their caches are freed here).
     fn drop_cancelled(&mut self) {
         self.waiting.retain(|w| !w.channel.is_cancelled());
-        let (granted, prefix_cache) = (&mut self.granted, &mut self.prefix_cache);
-        self.running.retain(|r| {
+        let (pool, prefix_cache) = (&mut self.pool, &mut self.prefix_cache);
+        self.running.retain_mut(|r| {
             let keep = !r.channel.is_cancelled();
             if !keep {
-                Self::release(granted, prefix_cache, r);
+                Self::release(pool, prefix_cache, r);
             }
             keep
         });
     }
 
-    /// Admits waiting requests in order while they fit: a sequence is granted the positions
-    /// of its context (prompt, or prompt and generated tokens when it was preempted), and is
-    /// admitted only if that leaves a block of room for every running sequence to grow into
-    /// (or if nothing runs). The first that does not fit waits, and so do those behind it.
+    /// Admits waiting requests in order while they fit: a sequence takes the longest chain of
+    /// prefix-cache blocks its context (prompt, or prompt and generated tokens when it was
+    /// preempted) starts with, and is given blocks for the rest of its context; it is admitted
+    /// only if that leaves a block of room for every running sequence to grow into (or if
+    /// nothing runs). The first that does not fit waits, and so do those behind it.
     fn admit(&mut self) {
         while self.running.len() < self.options.max_concurrent {
             let Some(next) = self.waiting.front() else { break };
@@ -227,14 +237,17 @@ impl Scheduler<'_> {
                 self.waiting.pop_front();
                 continue;
             }
-            let context = next.seq.context().len();
-            let capacity = (context + next.seq.remaining()).max(1);
-            let grant = grant_for(context, capacity);
-            let headroom = (self.running.len() + 1) * BLOCK_TOKENS;
-            if !self.running.is_empty() && self.granted + grant + headroom > self.budget {
-                break;
-            }
-            if self.granted + grant > self.budget {
+            let context = next.seq.context();
+            let capacity = (context.len() + next.seq.remaining()).max(1);
+            // Whole blocks of the context but its last token, which is always computed (its
+            // logits choose the next token).
+            let reusable = (context.len() - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
+            let shared = self.prefix_cache.as_ref().map_or_else(Vec::new, |c| c.find(&context[..reusable]));
+            let needed = blocks_for(context.len(), capacity) - shared.len();
+            // The shared blocks no sequence reads now are no longer the pool's to take back.
+            let available = self.available() - self.prefix_cache.as_ref().map_or(0, |c| c.unpinned_among(&shared));
+            let headroom = if self.running.is_empty() { 0 } else { self.running.len() + 1 };
+            if needed + headroom > available {
                 break;
             }
             let Queued { channel, seq, resumed } = self.waiting.pop_front().expect("checked above");
@@ -242,26 +255,19 @@ impl Scheduler<'_> {
                 self.last_events.push((channel, Event::Finished(finish)));
                 continue;
             }
-            let options = KvCacheOptions { capacity, dtype: self.options.kv_dtype, overflow: Overflow::Error };
-            match KvCache::with_options(self.loaded.config(), &options) {
-                Ok(mut cache) => {
-                    // Whole blocks of the context but its last token, which is always computed
-                    // (its logits choose the next token).
-                    let mut reused = Vec::new();
-                    if let Some(prefix_cache) = &mut self.prefix_cache {
-                        let reusable = (context - 1) / BLOCK_TOKENS * BLOCK_TOKENS;
-                        reused = prefix_cache.lookup(&seq.context()[..reusable]);
-                        prefix_cache.copy_into(&reused, &mut cache);
-                    }
-                    if !resumed {
-                        channel.set_cached_tokens(cache.len());
-                    }
-                    self.granted += grant;
-                    let blocks = reused.clone();
-                    self.running.push(Running { channel, seq, cache, granted: grant, reused, blocks, blocks_refused: false });
+            let mut cache = KvCache::paged(std::sync::Arc::clone(self.pool.memory()), capacity);
+            if let Some(prefix_cache) = &mut self.prefix_cache {
+                prefix_cache.acquire(&shared, reusable / BLOCK_TOKENS);
+                for &key in &shared {
+                    cache.push_block(prefix_cache.block(key));
                 }
-                Err(e) => self.last_events.push((channel, Event::Error(e))),
+                cache.advance_to(shared.len() * BLOCK_TOKENS);
             }
+            Self::grant(&mut self.pool, &mut self.prefix_cache, &mut cache, needed);
+            if !resumed {
+                channel.set_cached_tokens(cache.len());
+            }
+            self.running.push(Running { channel, seq, cache, blocks: shared, blocks_refused: false });
         }
     }
 
@@ -285,9 +291,9 @@ impl Scheduler<'_> {
         take
     }
 
-    /// Grants every running sequence the positions the next pass writes, preempting the most
-    /// recently admitted sequences while the budget cannot hold them; returns the rows of the
-    /// pass. A preempted sequence frees its cache and goes back to the front of the queue
+    /// Gives every running sequence the blocks the next pass writes, preempting the most
+    /// recently admitted sequences while the pool cannot hold them; returns the rows of the
+    /// pass. A preempted sequence frees its blocks and goes back to the front of the queue
     /// with its decoder (the tokens generated so far and the sampler's state), so when it is
     /// admitted again its context is recomputed (from the prefix cache where it holds it) and
     /// it continues with the token it would have chosen.
@@ -298,19 +304,18 @@ impl Scheduler<'_> {
                 .running
                 .iter()
                 .zip(&take)
-                .map(|(r, &n)| grant_for(r.cache.len() + n, r.cache.capacity()).max(r.granted))
+                .map(|(r, &n)| blocks_for(r.cache.len() + n, r.cache.capacity()).saturating_sub(r.cache.blocks().len()))
                 .collect();
-            let total: usize = needed.iter().sum();
-            // A sequence alone fits: its grant is at most its capacity, at most the budget.
-            if total <= self.budget || self.running.len() == 1 {
+            // A sequence alone fits: its capacity is at most the pool's positions (checked at
+            // submission), and it holds all the blocks it does not share.
+            if needed.iter().sum::<usize>() <= self.available() || self.running.len() == 1 {
                 for (r, n) in self.running.iter_mut().zip(needed) {
-                    r.granted = n;
+                    Self::grant(&mut self.pool, &mut self.prefix_cache, &mut r.cache, n);
                 }
-                self.granted = total;
                 return take;
             }
-            let r = self.running.pop().expect("more than one running");
-            Self::release(&mut self.granted, &mut self.prefix_cache, &r);
+            let mut r = self.running.pop().expect("more than one running");
+            Self::release(&mut self.pool, &mut self.prefix_cache, &mut r);
             self.totals.preemptions += 1;
             self.waiting.push_front(Queued { channel: r.channel, seq: r.seq, resumed: true });
         }
@@ -363,13 +368,13 @@ impl Scheduler<'_> {
                 }
             };
         }
-        let (granted, prefix_cache) = (&mut self.granted, &mut self.prefix_cache);
+        let (pool, prefix_cache) = (&mut self.pool, &mut self.prefix_cache);
         let mut i = 0;
-        self.running.retain(|r| {
+        self.running.retain_mut(|r| {
             let keep = !finished[i];
             i += 1;
             if !keep {
-                Self::release(granted, prefix_cache, r);
+                Self::release(pool, prefix_cache, r);
             }
             keep
         });
@@ -394,13 +399,10 @@ impl Scheduler<'_> {
 
     /// Ends every running request with an error and frees their caches.
     fn fail_running(&mut self, error: impl Fn() -> Error) {
-        for r in self.running.drain(..) {
+        for mut r in std::mem::take(&mut self.running) {
             r.channel.push(Event::Error(error()));
-            if let Some(cache) = &mut self.prefix_cache {
-                cache.release(&r.reused);
-            }
+            Self::release(&mut self.pool, &mut self.prefix_cache, &mut r);
         }
-        self.granted = 0;
     }
 
     /// Ends every request, running or waiting, with an error.

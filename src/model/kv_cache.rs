@@ -13,22 +13,30 @@
 //!   sinks `0..n_keep` and to the `W = capacity - n_keep` most recent positions
 //!   `q - W + 1 ..= q`: a rolling buffer, nothing is ever recomputed or moved.
 //!
-//! The keys a query reads are at most three contiguous slot ranges ([`KvCache::pieces`]),
-//! listed in position order; attention walks them in that order, so the op sequence for a
-//! query depends only on which positions it attends to, never on where they sit.
+//! The keys a query reads are at most three contiguous slot ranges, listed in position order;
+//! attention walks them in that order, so the op sequence for a query depends only on which
+//! positions it attends to, never on where they sit.
 //!
 //! # Storage
 //!
-//! Memory is reserved once, zeroed by the allocator (pages become resident only when
-//! written). Values are stored rounded to the storage type (f16: round to nearest even) when
-//! written, before attention reads them, so prefill and decode read the same bits.
+//! Slots live in a [`KvMemory`]. A cache made by [`KvCache::with_options`] (a session's) has
+//! memory of its own: one block of `capacity` slots, so slot `s` is memory slot `s`. A cache
+//! made by [`KvCache::paged`] (the batch engine's) has a block table into a memory shared
+//! with other caches: slot `s` is memory slot `table[s / B] * B + s % B` with `B` the memory's
+//! block size, and blocks are added as the sequence grows ([`KvCache::push_block`]). Such a
+//! cache never slides (slot `p` is position `p`), and its table may begin with full blocks
+//! that other caches hold too (a shared prompt prefix). [`KvCache::pieces_into`] maps the
+//! slots a query reads to memory slot ranges, merging blocks that are adjacent in memory; the
+//! split into ranges changes no bit (the attention kernels take any split of the keys as
+//! one sequence).
 
-use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::kernels::MatRef;
 use crate::model::config::ModelConfig;
+use super::kv_memory::KvMemory;
 use crate::tensor::GgmlType;
 
 /// The number type the cache stores keys and values in.
@@ -62,7 +70,7 @@ impl KvDtype {
         }
     }
 
-    fn ggml(self) -> GgmlType {
+    pub(crate) fn ggml(self) -> GgmlType {
         match self {
             KvDtype::F32 => GgmlType::F32,
             KvDtype::F16 => GgmlType::F16,
@@ -122,83 +130,15 @@ impl KvCacheOptions {
     }
 }
 
-/// One region's worth of numbers in the storage type.
-enum Store {
-    /// f32 values
-    F32(Vec<f32>),
-    /// f16 bit patterns (little-endian when viewed as bytes)
-    F16(Vec<u16>),
-}
-
-impl Store {
-    fn zeroed(dtype: KvDtype, n: usize) -> Result<Store> {
-        Ok(match dtype {
-            KvDtype::F32 => Store::F32(zeroed_vec(n)?),
-            KvDtype::F16 => Store::F16(zeroed_vec(n)?),
-        })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: f32 and u16 have no padding; u8 has alignment 1.
-        unsafe {
-            match self {
-                Store::F32(v) => std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(&v[..])),
-                Store::F16(v) => std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(&v[..])),
-            }
-        }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above; every bit pattern is a valid f32 / u16.
-        unsafe {
-            match self {
-                Store::F32(v) => std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(&v[..])),
-                Store::F16(v) => std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(&v[..])),
-            }
-        }
-    }
-
-    /// Stores `src` at element offset `at`, rounded to the storage type.
-    fn put(&mut self, at: usize, src: &[f32]) {
-        match self {
-            Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
-            // Rounded to nearest even, like `f16::from_f32`, by F16C when the CPU has it.
-            Store::F16(v) => v[at..at + src.len()].reinterpret_cast_mut::<half::f16>().convert_from_f32_slice(src),
-        }
-    }
-}
-
-/// A zero-filled vector from the allocator's zeroed memory (lazily committed by the OS), or
-/// an error instead of an abort when the allocation fails.
-fn zeroed_vec<T: Copy>(n: usize) -> Result<Vec<T>> {
-    if n == 0 || std::mem::size_of::<T>() == 0 {
-        return Ok(Vec::new());
-    }
-    let too_large = || Error::invalid_argument("context_length", "the KV cache does not fit in memory");
-    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| too_large())?;
-    // SAFETY: the layout has non-zero size; the memory is zeroed, which is a valid f32 / u16;
-    // Vec takes ownership of an allocation made with exactly its layout.
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<T>();
-        if ptr.is_null() {
-            return Err(too_large());
-        }
-        Ok(Vec::from_raw_parts(ptr, n, n))
-    }
-}
-
 /// Keys and values of the positions a sequence may still attend to.
 pub struct KvCache {
     capacity: usize,
-    n_layers: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-    dtype: KvDtype,
     overflow: Overflow,
-    /// [n_layers][n_kv_heads][capacity][head_dim] keys, in `dtype`
-    k: Store,
-    /// [n_layers][n_kv_heads][capacity][head_dim] values, in `dtype`
-    v: Store,
+    memory: Arc<KvMemory>,
+    /// Whether `memory` is shared (a block table into a pool) rather than the cache's own.
+    paged: bool,
+    /// [blocks held] the memory block of each run of `memory.block_slots()` slots
+    table: Vec<u32>,
     /// Positions processed: the next position to write.
     len: usize,
     /// Every ring position in `oldest..len` is present in its slot (sliding window only;
@@ -225,24 +165,55 @@ impl KvCache {
                 ));
             }
         }
-        let n = cfg
-            .n_layers
-            .checked_mul(cfg.d_kv())
-            .and_then(|x| x.checked_mul(capacity))
-            .filter(|&n| n <= isize::MAX as usize / 8)
-            .ok_or_else(|| Error::invalid_argument("context_length", format!("{capacity} is too large")))?;
-        Ok(KvCache {
-            capacity,
-            n_layers: cfg.n_layers,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-            dtype,
-            overflow,
-            k: Store::zeroed(dtype, n)?,
-            v: Store::zeroed(dtype, n)?,
-            len: 0,
-            oldest: overflow.n_keep(),
-        })
+        let memory = KvMemory::new(cfg, dtype, capacity, 1)?;
+        memory.retain(0);
+        Ok(KvCache { capacity, overflow, memory: Arc::new(memory), paged: false, table: vec![0], len: 0, oldest: overflow.n_keep() })
+    }
+
+    /// An empty cache of at most `capacity` positions in blocks of the shared `memory`, added
+    /// with [`KvCache::push_block`]; it never slides.
+    pub fn paged(memory: Arc<KvMemory>, capacity: usize) -> KvCache {
+        KvCache { capacity, overflow: Overflow::Error, memory, paged: true, table: Vec::new(), len: 0, oldest: 0 }
+    }
+
+    /// The memory the cache's slots live in.
+    pub fn memory(&self) -> &Arc<KvMemory> {
+        &self.memory
+    }
+
+    /// The memory blocks holding the cache's slots, in slot order.
+    pub fn blocks(&self) -> &[u32] {
+        &self.table
+    }
+
+    /// Slots the held blocks cover.
+    pub fn granted(&self) -> usize {
+        self.table.len() * self.memory.block_slots()
+    }
+
+    /// Adds memory block `block` after the blocks held, as one more holder of it. It must be
+    /// a free block (then the cache writes it) or a full block whose slots are the same
+    /// positions in this cache (a shared prefix, which it only reads).
+    pub fn push_block(&mut self, block: u32) {
+        assert!(self.paged, "a cache with its own memory has one block");
+        self.memory.retain(block);
+        self.table.push(block);
+    }
+
+    /// Makes `block` (a full block with the same bytes, held elsewhere) the block of the
+    /// cache's `i`th run of slots, as one more holder of it; returns the block it replaces,
+    /// whose holder the caller releases.
+    pub fn replace_block(&mut self, i: usize, block: u32) -> u32 {
+        assert!(self.paged && (i + 1) * self.memory.block_slots() <= self.len, "only full blocks are replaced");
+        self.memory.retain(block);
+        std::mem::replace(&mut self.table[i], block)
+    }
+
+    /// Empties the cache and hands back its blocks (the caller releases their holders).
+    pub fn take_blocks(&mut self) -> Vec<u32> {
+        assert!(self.paged, "a cache with its own memory keeps it");
+        self.clear();
+        std::mem::take(&mut self.table)
     }
 
     pub fn capacity(&self) -> usize {
@@ -250,7 +221,7 @@ impl KvCache {
     }
 
     pub fn dtype(&self) -> KvDtype {
-        self.dtype
+        self.memory.dtype()
     }
 
     pub fn overflow(&self) -> Overflow {
@@ -258,7 +229,7 @@ impl KvCache {
     }
 
     pub fn options(&self) -> KvCacheOptions {
-        KvCacheOptions { capacity: self.capacity, dtype: self.dtype, overflow: self.overflow }
+        KvCacheOptions { capacity: self.capacity, dtype: self.dtype(), overflow: self.overflow }
     }
 
     /// Number of positions processed (the absolute position of the next token).
@@ -278,7 +249,7 @@ impl KvCache {
     /// Bytes of keys and values held: `2 * n_layers * n_held * d_kv * bytes per number`
     /// (docs/theory.md, "The KV cache": `d_kv` numbers per key and per value).
     pub fn kv_bytes(&self) -> usize {
-        2 * self.n_layers * self.n_held() * self.n_kv_heads * self.head_dim * self.dtype.bytes()
+        self.n_held() * self.memory.block_bytes() / self.memory.block_slots()
     }
 
     fn n_keep(&self) -> usize {
@@ -338,19 +309,24 @@ impl KvCache {
         Ok(())
     }
 
-    fn region(&self, layer: usize, kv_head: usize) -> usize {
-        (layer * self.n_kv_heads + kv_head) * self.capacity * self.head_dim
+    /// The memory slot of slot `s`.
+    fn memory_slot(&self, s: usize) -> usize {
+        let bs = self.memory.block_slots();
+        self.table[s / bs] as usize * bs + s % bs
     }
 
     /// Stores position `pos`'s keys and values for one layer, `k` and `v` each
     /// [n_kv_heads][head_dim], rounded to the storage type.
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let hd = self.head_dim;
         let slot = self.slot(pos);
-        for g in 0..self.n_kv_heads {
-            let at = self.region(layer, g) + slot * hd;
-            self.k.put(at, &k[g * hd..(g + 1) * hd]);
-            self.v.put(at, &v[g * hd..(g + 1) * hd]);
+        assert!(slot < self.granted(), "position {pos} lies beyond the cache's blocks");
+        let at = self.memory_slot(slot);
+        let hd = self.memory.head_dim();
+        for g in 0..self.memory.n_kv_heads() {
+            // SAFETY: `&mut self`: this cache holds the block, and `put` checks that nothing
+            // else does; no reference into it from `keys`/`values` outlives their borrow of
+            // `self`.
+            unsafe { self.memory.put(layer, g, at, &k[g * hd..(g + 1) * hd], &v[g * hd..(g + 1) * hd]) };
         }
     }
 
@@ -388,22 +364,23 @@ impl KvCache {
         self.oldest = self.n_keep();
     }
 
-    /// The slots query position `q` attends to, as up to three slot ranges in position
-    /// order: the sinks, then the window (split in two where it wraps around the ring).
-    /// Empty ranges are left out; the second value is how many ranges are used.
-    pub fn pieces(&self, q: usize) -> ([Range<usize>; 3], usize) {
-        self.pieces_from(q, 0)
-    }
-
-    /// As [`KvCache::pieces`], leaving out positions before `first` (a layer's own sliding
-    /// window).
-    pub fn pieces_from(&self, q: usize, first: usize) -> ([Range<usize>; 3], usize) {
-        let mut out = [0..0, 0..0, 0..0];
-        let mut n = 0;
+    /// The memory slots query position `q` attends to (leaving out positions before `first`,
+    /// a layer's own sliding window), as ranges in position order, in `out`: the sinks, then
+    /// the window (split where it wraps around the ring), each split where the blocks holding
+    /// it are not adjacent in memory.
+    pub fn pieces_into(&self, q: usize, first: usize, out: &mut Vec<Range<usize>>) {
+        out.clear();
+        let bs = self.memory.block_slots();
         let mut push = |r: Range<usize>| {
-            if !r.is_empty() {
-                out[n] = r;
-                n += 1;
+            let mut s = r.start;
+            while s < r.end {
+                let end = r.end.min((s / bs + 1) * bs);
+                let m = self.memory_slot(s);
+                match out.last_mut() {
+                    Some(last) if last.end == m => last.end += end - s,
+                    _ => out.push(m..m + end - s),
+                }
+                s = end;
             }
         };
         let k = self.n_keep();
@@ -418,29 +395,29 @@ impl KvCache {
                 push(k..b + 1);
             }
         }
-        (out, n)
     }
 
-    /// Keys in `slots` for one layer and KV head, as a `slots.len() x head_dim` matrix.
+    /// Keys in memory slots `slots` (from [`KvCache::pieces_into`]) for one layer and KV head,
+    /// as a `slots.len() x head_dim` matrix.
     pub fn keys(&self, layer: usize, kv_head: usize, slots: Range<usize>) -> MatRef<'_> {
-        self.rows(&self.k, layer, kv_head, slots)
+        self.rows(layer, kv_head, slots).0
     }
 
-    /// Values in `slots` for one layer and KV head, as a `slots.len() x head_dim` matrix.
+    /// Values in memory slots `slots` for one layer and KV head, as a `slots.len() x head_dim`
+    /// matrix.
     pub fn values(&self, layer: usize, kv_head: usize, slots: Range<usize>) -> MatRef<'_> {
-        self.rows(&self.v, layer, kv_head, slots)
+        self.rows(layer, kv_head, slots).1
     }
 
-    fn rows<'a>(&self, store: &'a Store, layer: usize, kv_head: usize, slots: Range<usize>) -> MatRef<'a> {
-        assert!(slots.end <= self.capacity);
-        let b = self.dtype.bytes();
-        let at = (self.region(layer, kv_head) + slots.start * self.head_dim) * b;
-        MatRef {
-            ty: self.dtype.ggml(),
-            rows: slots.len(),
-            cols: self.head_dim,
-            data: &store.bytes()[at..at + slots.len() * self.head_dim * b],
-        }
+    fn rows(&self, layer: usize, kv_head: usize, slots: Range<usize>) -> (MatRef<'_>, MatRef<'_>) {
+        let n = slots.len();
+        // SAFETY: the slots are this cache's (pieces of its table): blocks it holds alone,
+        // written only through `&mut self`, which this borrow excludes, or full shared
+        // blocks, which nobody writes.
+        let (k, v) = unsafe { self.memory.rows(layer, kv_head, slots) };
+        let ty = self.dtype().ggml();
+        let cols = self.memory.head_dim();
+        (MatRef { ty, rows: n, cols, data: k }, MatRef { ty, rows: n, cols, data: v })
     }
 
     /// Slots that hold data worth saving: `min(len, capacity)` (later slots are either never
@@ -449,61 +426,19 @@ impl KvCache {
         self.n_held()
     }
 
-    /// Bytes of one region's first `rows` slots: (keys, values).
+    /// Bytes of one region's first `rows` slots: (keys, values), of a cache with its own memory.
     pub fn region_bytes(&self, layer: usize, kv_head: usize, rows: usize) -> (&[u8], &[u8]) {
-        let n = rows * self.head_dim * self.dtype.bytes();
-        let at = self.region(layer, kv_head) * self.dtype.bytes();
-        (&self.k.bytes()[at..at + n], &self.v.bytes()[at..at + n])
+        assert!(!self.paged && rows <= self.capacity);
+        // SAFETY: the cache's own memory, and `&self` excludes its writer.
+        unsafe { self.memory.rows(layer, kv_head, 0..rows) }
     }
 
-    /// Mutable bytes of one region's first `rows` slots: (keys, values).
+    /// Mutable bytes of one region's first `rows` slots: (keys, values), of a cache with its
+    /// own memory.
     pub fn region_bytes_mut(&mut self, layer: usize, kv_head: usize, rows: usize) -> (&mut [u8], &mut [u8]) {
-        let n = rows * self.head_dim * self.dtype.bytes();
-        let at = self.region(layer, kv_head) * self.dtype.bytes();
-        (&mut self.k.bytes_mut()[at..at + n], &mut self.v.bytes_mut()[at..at + n])
-    }
-
-    /// Bytes of a row block: `n` slots of every layer and KV head, keys then values,
-    /// [n_layers][n_kv_heads][2][n][head_dim] numbers in the storage type.
-    pub fn slot_block_bytes(&self, n: usize) -> usize {
-        2 * self.n_layers * self.n_kv_heads * n * self.head_dim * self.dtype.bytes()
-    }
-
-    /// Copies the stored keys and values of `slots` out as a row block (layout of
-    /// [`KvCache::slot_block_bytes`]), bit for bit.
-    pub fn read_slots(&self, slots: Range<usize>, out: &mut Vec<u8>) {
-        assert!(slots.end <= self.capacity);
-        let row = self.head_dim * self.dtype.bytes();
-        out.clear();
-        out.reserve(self.slot_block_bytes(slots.len()));
-        for l in 0..self.n_layers {
-            for g in 0..self.n_kv_heads {
-                let at = self.region(l, g) * self.dtype.bytes();
-                let range = at + slots.start * row..at + slots.end * row;
-                out.extend_from_slice(&self.k.bytes()[range.clone()]);
-                out.extend_from_slice(&self.v.bytes()[range]);
-            }
-        }
-    }
-
-    /// Stores a row block read by [`KvCache::read_slots`] from a cache of the same model and
-    /// dtype into the slots from `start` on, bit for bit (the caller then marks the positions
-    /// written with [`KvCache::advance_to`]).
-    pub fn write_slots(&mut self, start: usize, block: &[u8]) {
-        let row = self.head_dim * self.dtype.bytes();
-        let per_region = 2 * row;
-        let n = block.len() / (self.n_layers * self.n_kv_heads * per_region);
-        assert_eq!(block.len(), self.slot_block_bytes(n), "a row block of this cache's shape");
-        assert!(start + n <= self.capacity);
-        let mut src = block.chunks_exact(n * row);
-        for l in 0..self.n_layers {
-            for g in 0..self.n_kv_heads {
-                let at = self.region(l, g) * self.dtype.bytes();
-                let range = at + start * row..at + (start + n) * row;
-                self.k.bytes_mut()[range.clone()].copy_from_slice(src.next().expect("sized above"));
-                self.v.bytes_mut()[range].copy_from_slice(src.next().expect("sized above"));
-            }
-        }
+        assert!(!self.paged && rows <= self.capacity);
+        // SAFETY: the cache's own memory, held by it alone (checked), and `&mut self`.
+        unsafe { self.memory.rows_mut(layer, kv_head, 0..rows) }
     }
 
     /// The bookkeeping needed to restore this cache: (len, oldest).
@@ -567,30 +502,36 @@ mod tests {
     #[test]
     fn f16_storage_rounds_each_value_like_from_f32() {
         // Edge cases (overflow, the subnormal range, ties, signed zeros, infinities, NaN) and
-        // a spread of bit patterns, stored as one row.
+        // a spread of bit patterns, stored one row of 32 at a time.
         let mut bits: Vec<u32> = vec![0, 0x8000_0000, 0x7f80_0000, 0xff80_0000, 0x7fc0_0001, 0x477f_f000, 0x477f_efff,
                                       0x3380_0000, 0x3380_0001, 0x3300_0000, 0x387f_e000, 0x3f80_1000, 0x3f80_3000];
         let mut x = 0x9e37_79b9u32;
-        bits.extend((0..1 << 16).map(|_| {
+        bits.extend((0..1 << 14).map(|_| {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
             x
         }));
+        bits.resize(bits.len().next_multiple_of(32), 0x3c00_0000);
         let src: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
-        let mut store = Store::zeroed(KvDtype::F16, src.len() + 3).unwrap();
-        store.put(3, &src);
-        let Store::F16(stored) = &store else { unreachable!() };
-        for (&s, &got) in src.iter().zip(&stored[3..]) {
-            let want = half::f16::from_f32(s);
+        let o = KvCacheOptions { capacity: src.len() / 32 + 3, dtype: KvDtype::F16, overflow: Overflow::Error };
+        let mut c = KvCache::with_options(&cfg(), &o).unwrap();
+        for (i, row) in src.chunks_exact(32).enumerate() {
+            c.write(1, i + 3, row, row);
+        }
+        let keys = c.keys(1, 0, 3..3 + src.len() / 32);
+        for (&s, got) in src.iter().zip(keys.data.chunks_exact(2)) {
+            let (got, want) = (u16::from_le_bytes([got[0], got[1]]), half::f16::from_f32(s));
             assert!(got == want.to_bits() || (want.is_nan() && half::f16::from_bits(got).is_nan()), "{s:e}");
         }
     }
 
     /// The positions a query attends to, read back through `pieces` and a slot -> position map.
     fn attended(c: &KvCache, q: usize, owner: &[usize]) -> Vec<usize> {
-        let (pieces, n) = c.pieces(q);
-        pieces[..n].iter().flat_map(|r| r.clone()).map(|s| owner[s]).collect()
+        let mut pieces = Vec::new();
+        c.pieces_into(q, 0, &mut pieces);
+        assert!(pieces.len() <= 3 && pieces.iter().all(|r| !r.is_empty()));
+        pieces.iter().flat_map(|r| r.clone()).map(|s| owner[s]).collect()
     }
 
     #[test]
@@ -613,8 +554,9 @@ mod tests {
         let c = KvCache::new(&cfg(), 16).unwrap();
         for q in 0..16 {
             assert_eq!(c.slot(q), q);
-            let (p, n) = c.pieces(q);
-            assert_eq!((n, p[0].clone()), (1, 0..q + 1));
+            let mut p = Vec::new();
+            c.pieces_into(q, 0, &mut p);
+            assert_eq!(p, [0..q + 1]);
         }
         assert!(c.check_fits(16).is_ok());
         assert!(matches!(c.check_fits(17), Err(Error::ContextOverflow { requested: 17, allowed: 16 })));
@@ -664,5 +606,49 @@ mod tests {
         for (i, b) in keys.data.chunks_exact(2).enumerate() {
             assert_eq!(half::f16::from_le_bytes([b[0], b[1]]), half::f16::from_f32(x[i]));
         }
+    }
+
+    #[test]
+    fn a_paged_cache_reads_its_blocks_in_position_order_merging_adjacent_ones() {
+        let memory = Arc::new(KvMemory::new(&cfg(), KvDtype::F32, 4, 8).unwrap());
+        let mut c = KvCache::paged(Arc::clone(&memory), 20);
+        for b in [5, 6, 2, 3, 0] {
+            c.push_block(b);
+        }
+        // Slots 0..20 live in memory slots 20..28, 8..16, 0..4.
+        let owner: Vec<usize> = (0..32).map(|m| match m {
+            20..28 => m - 20,
+            8..16 => m - 8 + 8,
+            0..4 => m + 16,
+            _ => usize::MAX,
+        }).collect();
+        let mut pieces = Vec::new();
+        for q in 0..20 {
+            c.advance_to(q + 1);
+            c.pieces_into(q, 0, &mut pieces);
+            let expected: Vec<Range<usize>> = [20..28, 8..16, 0..4]
+                .into_iter()
+                .scan(0, |start, r| {
+                    let n = r.len().min((q + 1).saturating_sub(*start));
+                    *start += r.len();
+                    Some(r.start..r.start + n)
+                })
+                .filter(|r| !r.is_empty())
+                .collect();
+            assert_eq!(pieces, expected, "q {q}");
+            assert_eq!(attended(&c, q, &owner), (0..=q).collect::<Vec<_>>());
+        }
+        c.pieces_into(13, 6, &mut pieces);
+        assert_eq!(pieces, [26..28, 8..14]);
+    }
+
+    #[test]
+    #[should_panic(expected = "a shared block is never written")]
+    fn a_shared_block_is_never_written() {
+        let memory = Arc::new(KvMemory::new(&cfg(), KvDtype::F32, 4, 2).unwrap());
+        let (mut a, mut b) = (KvCache::paged(Arc::clone(&memory), 8), KvCache::paged(Arc::clone(&memory), 8));
+        a.push_block(1);
+        b.push_block(1);
+        a.write(0, 0, &[0.0; 32], &[0.0; 32]);
     }
 }

@@ -25,7 +25,7 @@ use super::rowwise;
 use super::weights::{LayerWeights, TransformerWeights, Matrix};
 use crate::error::{Error, Result};
 use crate::kernels::{
-    elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa, MatRef,
+    elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa,
     Precision, QuantizedRows,
 };
 use crate::threads::{split, Disjoint, ThreadPool};
@@ -431,7 +431,7 @@ impl Transformer {
     /// indexed by `row_seq`, at position `row_pos`), parallel over (row, head) pairs; a thread takes its consecutive heads that share a
     /// KV head together, so each key and value row is read once for all of them.
     ///
-    /// Each query reads the keys it attends to (see [`KvCache::pieces`]) in position order:
+    /// Each query reads the keys it attends to (see [`KvCache::pieces_into`]) in position order:
     /// scores are independent dots (the kernels give a dot the same op sequence whatever the
     /// number of queries per call), the softmax and the weighted sum of values run over them
     /// in position order with one accumulator, so a query's op sequence depends only on the
@@ -451,6 +451,8 @@ impl Transformer {
             let scores = unsafe { scores.slice(c * gs * capacity..(c + 1) * gs * capacity) };
             let mine = split(tasks, c, n);
             let mut task = mine.start;
+            let mut pieces = Vec::new();
+            let mut values = Vec::new();
             while task < mine.end {
                 let (t, h) = (task / nh, task % nh);
                 let g = h / gs;
@@ -460,11 +462,11 @@ impl Transformer {
                 let cache = caches[row_seq[t]];
                 let pos = row_pos[t];
                 let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                let (slots, n_pieces) = cache.pieces_from(pos, first);
+                cache.pieces_into(pos, first, &mut pieces);
                 let queries = &q[t * dq + h * hd..t * dq + (h + nq) * hd];
                 let act = Activations { x: queries, gs: &[], n_tokens: nq, cols: hd };
                 let mut n_keys = 0;
-                for r in &slots[..n_pieces] {
+                for r in &pieces {
                     let keys = cache.keys(layer, g, r.clone());
                     // SAFETY: nq rows of keys.rows outputs, `capacity` apart, in this chunk's
                     // own scores block (the pieces hold at most `capacity` keys in all).
@@ -474,12 +476,11 @@ impl Transformer {
                 for j in 0..nq {
                     elementwise::softmax_scaled(self.isa, &mut scores[j * capacity..j * capacity + n_keys], scale);
                 }
-                let values: [MatRef; 3] = std::array::from_fn(|j| {
-                    cache.values(layer, g, if j < n_pieces { slots[j].clone() } else { 0..0 })
-                });
+                values.clear();
+                values.extend(pieces.iter().map(|r| cache.values(layer, g, r.clone())));
                 // SAFETY: the (token, head) pairs of this chunk's tasks are its own.
                 let out = unsafe { att.slice(t * dq + h * hd..t * dq + (h + nq) * hd) };
-                weighted_row_sums(self.isa, scores, capacity, &values[..n_pieces], out);
+                weighted_row_sums(self.isa, scores, capacity, &values, out);
             }
         });
     }

@@ -39,11 +39,11 @@ class _EngineCollector(Collector):
         yield GaugeMetricFamily("reprolm_queue_depth", "Requests waiting for the batch engine", value=s.waiting)
         yield GaugeMetricFamily("reprolm_running_sequences", "Sequences the batch engine is computing",
                                 value=s.running)
-        yield GaugeMetricFamily("reprolm_kv_cache_bytes", "Bytes of KV cache granted to running sequences",
+        yield GaugeMetricFamily("reprolm_kv_cache_bytes", "Bytes of KV pool blocks held by running sequences",
                                 value=s.kv_bytes)
-        yield GaugeMetricFamily("reprolm_kv_blocks_used", "Blocks of 16 KV positions granted to running sequences",
+        yield GaugeMetricFamily("reprolm_kv_blocks_used", "Blocks of 16 KV positions held by running sequences",
                                 value=s.kv_blocks_used)
-        yield GaugeMetricFamily("reprolm_kv_blocks_free", "Blocks of 16 KV positions of kv_memory not granted",
+        yield GaugeMetricFamily("reprolm_kv_blocks_free", "Blocks of 16 KV positions of kv_memory held by no running sequence",
                                 value=s.kv_blocks_free)
         yield CounterMetricFamily("reprolm_preemptions", "Sequences preempted (and later recomputed) when KV memory ran out",
                                   value=s.preemptions)
