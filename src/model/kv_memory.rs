@@ -40,10 +40,12 @@ unsafe impl Send for RawBytes {}
 unsafe impl Sync for RawBytes {}
 
 impl RawBytes {
-    /// `n` zero bytes aligned for f32, or an error instead of an abort when the allocation fails.
+    /// `n` zero bytes aligned for f32 and f16, or an error instead of an abort when the allocation fails.
     fn zeroed(n: usize) -> Result<RawBytes> {
         let too_large = || Error::invalid_argument("context_length", "the KV cache does not fit in memory");
-        let layout = Layout::from_size_align(n.max(1), 64).map_err(|_| too_large())?;
+        // The alignment of the allocator's own (16): with it, zeroed memory comes from calloc,
+        // which maps fresh zero pages; a larger one would make the allocator write every byte.
+        let layout = Layout::from_size_align(n.max(16), 16).map_err(|_| too_large())?;
         // SAFETY: the layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         Ok(RawBytes { ptr: NonNull::new(ptr).ok_or_else(too_large)?, layout })
@@ -214,7 +216,7 @@ impl KvMemory {
                     }
                 }
                 KvDtype::F16 => {
-                    // SAFETY: the region starts are multiples of the 64-byte-aligned base plus
+                    // SAFETY: the region starts are multiples of the 16-byte-aligned base plus
                     // whole rows of 2-byte numbers, so `dst` is aligned for f16, and it holds
                     // `src.len()` of them (asserted); every bit pattern is a valid f16.
                     let h = unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<half::f16>(), src.len()) };

@@ -28,3 +28,20 @@ def test_an_exhausted_kv_memory_preempts_without_changing_a_result() -> None:
     assert (stats.running, stats.kv_bytes, stats.kv_blocks_used, stats.kv_blocks_free) == (0, 0, 0, 600 // 16), stats
     for i, (p, o, got) in enumerate(zip(prompts, options, results)):
         assert got == alone.generate(p, **o), f"request {i}"
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_the_pool_commits_only_the_blocks_written() -> None:
+    # The pool is reserved at once; its pages must become resident only as blocks are written
+    # (a pool of 2 GiB on a machine that runs this suite would otherwise show in RSS).
+    before = resident_bytes()
+    model = reprolm.Model.load(TINY, threads=1, kv_memory=2 << 30)
+    model.submit([1, 5, 9, 13], max_tokens=20).result()
+    grown = resident_bytes() - before
+    stats = model.engine_stats()
+    assert stats.passes > 0 and stats.kv_blocks_free == (2 << 30) // (16 * model.kv_bytes_per_position), stats
+    assert grown < 256 << 20, f"resident memory grew by {grown >> 20} MiB"
