@@ -33,6 +33,7 @@ import os
 import socket
 import statistics
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -136,7 +137,9 @@ class Server:
         else:
             cmd = [str(llama_server), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
                    "-t", str(threads), "-tb", str(threads), "-np", str(slots), "-c", str(4096 * slots), *extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The server's own log, kept for a failed run (named in the error).
+        self.log = tempfile.NamedTemporaryFile(prefix="chat_turns-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -199,17 +202,20 @@ def run(server: Server, conversations: int, turns: int, max_tokens: int) -> dict
 
     def conversation(c: int) -> None:
         try:
-            with httpx.Client(timeout=600) as http:
-                messages = [{"role": "system", "content": SYSTEM}]
-                for t in range(turns):
-                    messages.append({"role": "user", "content": QUESTIONS[(c + t) % len(QUESTIONS)]})
+            messages = [{"role": "system", "content": SYSTEM}]
+            for t in range(turns):
+                messages.append({"role": "user", "content": QUESTIONS[(c + t) % len(QUESTIONS)]})
+                # A connection per turn, for both servers: llama-server at times closed a
+                # kept-alive connection without answering the next request on it (seen on a
+                # connection's sixth request: "Server disconnected without sending a response").
+                with httpx.Client(timeout=600) as http:
                     seconds, reply, usage = chat_turn(http, server, messages, 1000 * c + t, max_tokens)
-                    messages.append({"role": "assistant", "content": reply})
-                    ttft[t][c] = seconds
-                    cached[t][c] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-                    prompt[t][c] = usage.get("prompt_tokens", 0)
-                    replies[c][t] = reply
-                    completion_tokens[c] += usage.get("completion_tokens", 0)
+                messages.append({"role": "assistant", "content": reply})
+                ttft[t][c] = seconds
+                cached[t][c] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                prompt[t][c] = usage.get("prompt_tokens", 0)
+                replies[c][t] = reply
+                completion_tokens[c] += usage.get("completion_tokens", 0)
         except BaseException as e:  # reported after the threads end
             errors.append(e)
 
@@ -223,7 +229,7 @@ def run(server: Server, conversations: int, turns: int, max_tokens: int) -> dict
         th.join()
     wall = time.perf_counter() - start
     if errors:
-        raise RuntimeError(f"{len(errors)} conversations failed: {errors[0]!r}")
+        raise RuntimeError(f"{len(errors)} conversations failed: {errors[0]!r}; server log {server.log.name}")
     return {"ttft": ttft, "cached": cached, "prompt": prompt, "replies": replies,
             "tok/s": sum(completion_tokens) / wall, "wall": wall}
 
