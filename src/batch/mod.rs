@@ -203,6 +203,8 @@ pub struct BatchEngine {
     wakeup: Arc<Wakeup>,
     next_id: AtomicU64,
     thread: Option<JoinHandle<()>>,
+    /// Blocks of [`BLOCK_TOKENS`] positions in the engine's pool.
+    pool_blocks: usize,
     /// [`fork_generation`](crate::threads::fork_generation) when the thread was started.
     generation: usize,
 }
@@ -219,7 +221,8 @@ impl BatchEngine {
             ));
         }
         let pool = BlockPool::new(loaded.config(), options.kv_dtype, options.kv_memory / block_bytes)?;
-        let inbox = Inbox { stats: EngineStats { kv_blocks_free: pool.n_blocks(), ..EngineStats::default() }, ..Inbox::default() };
+        let pool_blocks = pool.n_blocks();
+        let inbox = Inbox { stats: EngineStats { kv_blocks_free: pool_blocks, ..EngineStats::default() }, ..Inbox::default() };
         let wakeup = Arc::new(Wakeup { inbox: Mutex::new(inbox), work: Condvar::new(), events: Condvar::new() });
         let thread = {
             let (loaded, wakeup) = (Arc::clone(&loaded), Arc::clone(&wakeup));
@@ -229,7 +232,7 @@ impl BatchEngine {
                 .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?
         };
         let generation = crate::threads::fork_generation();
-        Ok(BatchEngine { loaded, options, wakeup, next_id: AtomicU64::new(1), thread: Some(thread), generation })
+        Ok(BatchEngine { loaded, options, wakeup, next_id: AtomicU64::new(1), thread: Some(thread), pool_blocks, generation })
     }
 
     /// Whether this process is a fork of the one that started the engine thread (which the
@@ -244,8 +247,7 @@ impl BatchEngine {
 
     /// Positions the pool of `kv_memory` holds: its whole blocks of [`BLOCK_TOKENS`].
     pub fn pool_positions(&self) -> usize {
-        let block_bytes = BLOCK_TOKENS * self.loaded.kv_bytes_per_position(self.options.kv_dtype);
-        self.options.kv_memory / block_bytes * BLOCK_TOKENS
+        self.pool_blocks * BLOCK_TOKENS
     }
 
     pub fn loaded(&self) -> &Arc<LoadedModel> {

@@ -86,6 +86,8 @@ pub struct PrefixCache {
     blocks: HashMap<u64, Block>,
     /// (last use, key) of every block, least recently used first.
     lru: BTreeSet<(u64, u64)>,
+    /// Blocks whose `readers` is 0.
+    unpinned: usize,
     clock: u64,
     stats: PrefixCacheStats,
 }
@@ -101,6 +103,7 @@ impl PrefixCache {
             block_bytes,
             blocks: HashMap::new(),
             lru: BTreeSet::new(),
+            unpinned: 0,
             clock: 0,
             stats: PrefixCacheStats::default(),
         }
@@ -164,7 +167,7 @@ impl PrefixCache {
     pub fn acquire(&mut self, keys: &[u64], full_blocks: usize) {
         for &key in keys {
             self.touch(key);
-            self.blocks.get_mut(&key).expect("found by find").readers += 1;
+            self.pin(key);
         }
         self.stats.hits += keys.len() as u64;
         self.stats.misses += (full_blocks - keys.len()) as u64;
@@ -182,7 +185,16 @@ impl PrefixCache {
 
     /// Blocks no running sequence reads: the pool's to take back ([`PrefixCache::evict_one`]).
     pub fn unpinned(&self) -> usize {
-        self.blocks.values().filter(|b| b.readers == 0).count()
+        self.unpinned
+    }
+
+    /// One more running sequence holds the block `key`.
+    fn pin(&mut self, key: u64) {
+        let block = self.blocks.get_mut(&key).expect("pinned blocks are held");
+        if block.readers == 0 {
+            self.unpinned -= 1;
+        }
+        block.readers += 1;
     }
 
     /// Unpins blocks pinned by [`PrefixCache::acquire`] or [`PrefixCache::insert`].
@@ -190,6 +202,9 @@ impl PrefixCache {
         for key in keys {
             if let Some(block) = self.blocks.get_mut(key) {
                 block.readers -= 1;
+                if block.readers == 0 {
+                    self.unpinned += 1;
+                }
             }
         }
     }
@@ -223,7 +238,7 @@ impl PrefixCache {
                 pool.release(old);
             }
             self.touch(key);
-            self.blocks.get_mut(&key).expect("found above").readers += 1;
+            self.pin(key);
             return Some(key);
         }
         if let Some(p) = parent {
@@ -265,6 +280,7 @@ impl PrefixCache {
         let Some(&(tick, key)) = victim else { return false };
         self.lru.remove(&(tick, key));
         let block = self.blocks.remove(&key).expect("listed blocks are held");
+        self.unpinned -= 1;
         if let Some(p) = block.parent {
             self.blocks.get_mut(&p).expect("a parent outlives its children").children -= 1;
         }
@@ -275,8 +291,8 @@ impl PrefixCache {
 
     /// Checks the cache's invariants (for tests): every block's parent is held and counts it
     /// as a child, a pinned block's parent is pinned, the pool block of each is held by the
-    /// cache and its readers, the LRU list names every block once, and the bytes are within
-    /// the bound.
+    /// cache and its readers, the unpinned blocks are those counted, the LRU list names every
+    /// block once, and the bytes are within the bound.
     pub fn check_invariants(&self, memory: &KvMemory) -> Result<(), String> {
         let mut children: HashMap<u64, usize> = HashMap::new();
         for (key, b) in &self.blocks {
@@ -298,6 +314,10 @@ impl PrefixCache {
         }
         if let Some((key, b)) = self.blocks.iter().find(|(k, b)| children.get(k).copied().unwrap_or(0) != b.children) {
             return Err(format!("block {key:016x} counts {} children", b.children));
+        }
+        let unpinned = self.blocks.values().filter(|b| b.readers == 0).count();
+        if unpinned != self.unpinned {
+            return Err(format!("{unpinned} blocks are unpinned, {} counted", self.unpinned));
         }
         if self.lru.len() != self.blocks.len() {
             return Err("the LRU list names blocks that are not held".into());
