@@ -15,3 +15,29 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def simd() -> str:
+    """The widest vector instructions of the CPU that the kernels use: ``avx512_vnni``,
+    ``avx512``, ``avx2`` or ``none`` (a virtual machine often hides the CPU's generation from
+    its name, and the kernel path decides the speed)."""
+    try:
+        flags: set[str] = set()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        return "unknown"
+    if {"avx512f", "avx512bw", "avx512_vnni"} <= flags:
+        return "avx512_vnni"
+    if {"avx512f", "avx512bw"} <= flags:
+        return "avx512"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    return "none"
+
+
+def machine() -> str:
+    """The CPU's name and its vector instructions, as benchmark output names the machine."""
+    return f"{cpu_name()} ({simd()})"

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from _machine import cpu_name
+from _machine import machine
 from _record import write as write_record
 
 PROMPT_TOKENS = 128
@@ -155,7 +155,7 @@ def main() -> None:
     if args.new_tokens < 2:
         parser.error("--new-tokens: at least 2")
     model_path = args.model or str(reprolm.default_model_path())
-    print(f"{cpu_name()}, {os.cpu_count()} cores; {args.threads} threads; {Path(model_path).name}; "
+    print(f"{machine()}, {os.cpu_count()} cores; {args.threads} threads; {Path(model_path).name}; "
           f"{PROMPT_TOKENS}-token prompts, {args.new_tokens} new tokens each")
 
     llama: Optional[dict[int, dict[str, float]]] = None

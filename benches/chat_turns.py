@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 import httpx
 
-from _machine import cpu_name
+from _machine import machine
 from _record import write as write_record
 
 SYSTEM_PARAGRAPHS = [
@@ -250,7 +250,7 @@ def main() -> int:
         import reprolm
 
         args.model = reprolm.default_model_path()
-    print(f"CPU: {cpu_name()}; {os.cpu_count()} logical CPUs; {args.threads} threads; model {args.model.name}; "
+    print(f"CPU: {machine()}; {os.cpu_count()} logical CPUs; {args.threads} threads; model {args.model.name}; "
           f"{args.conversations} conversations x {args.turns} turns, max_tokens {args.max_tokens}")
     results = {}
     runs: list[tuple[str, list[str], Optional[Path]]] = [("cache on", [], None),

@@ -54,6 +54,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from _machine import machine
 from _record import write as write_record
 
 PREFILL_TOKENS = 512
@@ -251,7 +252,7 @@ def main() -> None:
         except ImportError:
             sys.exit("llama-cpp-python is not installed: pip install llama-cpp-python "
                      "(builds llama.cpp; CMAKE_ARGS=-DGGML_NATIVE=ON for this CPU), or pass --no-llamacpp")
-    print(f"model: {args.model}; {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, {' '.join(engines)}"
+    print(f"model: {args.model}; {machine()}, {os.cpu_count()} CPUs; {args.rounds} rounds after a warm-up, {' '.join(engines)}"
           f" alternating; reprolm precision {args.precision}")
     by_threads: list[dict[str, Any]] = []
     for threads in args.threads:

@@ -26,7 +26,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reprolm  # noqa: E402
-from _machine import cpu_name  # noqa: E402
+from _machine import cpu_name, machine  # noqa: E402
 from _record import write as write_record  # noqa: E402
 from reprolm import Grammar, Sampler  # noqa: E402
 
@@ -97,7 +97,7 @@ def main() -> int:
     model = reprolm.Model.load(args.model) if args.model else reprolm.Model.default(threads=args.threads)
     samplers = [Sampler.greedy()] + [Sampler(temperature=1.0, top_p=0.95, seed=s) for s in range(1, args.runs)]
     model.generate("warm up", max_tokens=4, grammar=Grammar.regex("[a-z]+"))  # builds the token trie
-    print(f"CPU: {cpu_name()}; threads: {model.threads}; vocabulary: {model.config.vocab_size} tokens; "
+    print(f"CPU: {machine()}; threads: {model.threads}; vocabulary: {model.config.vocab_size} tokens; "
           f"model: {model.path.name}")
 
     results = {}

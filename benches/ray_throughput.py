@@ -31,7 +31,7 @@ import ray.data
 import reprolm
 import reprolm.ray as rray
 
-from _machine import cpu_name
+from _machine import machine
 from _record import write as write_record
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     eos = probe.model.config.eos_id
     base = reprolm.Sampler(temperature=0.8, top_p=0.95, banned_token_ids=[] if eos is None else [eos], seed=1)
     n_prompt = sum(len(probe.model.tokenize(r["prompt"])) for r in data) / len(data)
-    print(f"CPU: {cpu_name()}")
+    print(f"CPU: {machine()}")
     print(f"{args.rows} rows, prompts of {n_prompt:.1f} tokens on average, {args.max_tokens} generated tokens each, "
           f"batch size {args.batch_size} (Ray)")
     print(f"  {'configuration':<24} {'seconds':>8} {'rows/s':>8} {'tok/s':>8}")

@@ -40,7 +40,7 @@ from typing import Any, Optional
 
 import httpx
 
-from _machine import cpu_name
+from _machine import machine
 from _record import write as write_record
 
 TEXTS = [
@@ -194,7 +194,7 @@ def main() -> int:
         args.model = reprolm.default_model_path()
     model_id = args.model.name.removesuffix(".gguf")
     use_llama = not args.no_llama and args.llama_server.is_file() and os.access(args.llama_server, os.X_OK)
-    print(f"{cpu_name()}, {os.cpu_count()} cores; {args.model.name}; {args.threads} threads; "
+    print(f"{machine()}, {os.cpu_count()} cores; {args.model.name}; {args.threads} threads; "
           f"{args.max_tokens} tokens per request, streamed; concurrency {args.concurrency}")
     if not use_llama:
         print(f"(llama-server not found at {args.llama_server}: reprolm only)")

@@ -35,7 +35,7 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reprolm  # noqa: E402
-from _machine import cpu_name  # noqa: E402
+from _machine import machine  # noqa: E402
 from _record import write as write_record  # noqa: E402
 from reprolm import Model, Sampler, Speculative  # noqa: E402
 
@@ -254,7 +254,7 @@ def main() -> None:
     args = parser.parse_args()
 
     source = reprolm.default_model_path()
-    print(f"{cpu_name()}; {args.threads} threads; max_tokens {args.max_tokens}; best of {args.repeats}; "
+    print(f"{machine()}; {args.threads} threads; max_tokens {args.max_tokens}; best of {args.repeats}; "
           f"draft_tokens {args.draft_tokens} (adaptive)")
     sections: list[dict[str, Any]] = []
     llamacpp: Optional[dict[str, Any]] = None

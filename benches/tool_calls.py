@@ -22,7 +22,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reprolm  # noqa: E402
-from _machine import cpu_name  # noqa: E402
+from _machine import machine  # noqa: E402
 from _record import write as write_record  # noqa: E402
 from reprolm import Grammar, Sampler  # noqa: E402
 from reprolm import tools as T  # noqa: E402
@@ -74,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     model = (reprolm.Model.load(args.model, threads=args.threads) if args.model
              else reprolm.Model.default(threads=args.threads))
-    print(f"{cpu_name()}, {model.threads} threads, {model.isa}, {model.path.name}")
+    print(f"{machine()}, {model.threads} threads, {model.isa}, {model.path.name}")
     question = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
     plan = T.plan(model.chat_template, question, T.tools_from_openai([WEATHER]), "required")
     ids = model.chat_text_ids(model.apply_chat_template(plan.messages))

@@ -71,7 +71,7 @@ def latest(records: Iterable[Record]) -> dict[str, list[Record]]:
     configurations first appeared."""
     chosen: dict[tuple[Any, ...], Record] = {}
     for record in records:
-        chosen[(record["benchmark"], *configuration(record))] = record
+        chosen[(record["benchmark"], record.get("simd"), *configuration(record))] = record
     by_benchmark: dict[str, list[Record]] = {}
     for record in chosen.values():
         by_benchmark.setdefault(record["benchmark"], []).append(record)
@@ -91,7 +91,8 @@ def provenance(record: Record) -> str:
     else:
         source = "commit unknown"
     when = record["finished"] or "date not recorded"
-    return f"`{record['command']}` on {record['cpu']} ({record['cpus']} CPUs); {source}; {when}"
+    simd = f"{record['simd']}, " if record.get("simd") else ""
+    return f"`{record['command']}` on {record['cpu']} ({simd}{record['cpus']} CPUs); {source}; {when}"
 
 
 def compare_llamacpp(record: Record) -> str:
@@ -271,9 +272,10 @@ MARKER = re.compile(r"(<!-- records: (\w+)((?: \w+=[\w.-]+)*) -->\n)(.*?)(<!-- /
 
 
 def matches(record: Record, filters: dict[str, str]) -> bool:
-    """Whether the record's model or settings (a key of its results) are those the filters name."""
+    """Whether the record's model, machine (``simd``) or settings (a key of its results) are
+    those the filters name."""
     for key, value in filters.items():
-        actual = record["model"] if key == "model" else record["results"].get(key)
+        actual = record.get(key) if key in ("model", "simd") else record["results"].get(key)
         if str(actual) != value:
             return False
     return True
