@@ -463,34 +463,48 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
         let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS.min(W::PREFILL_TILE_ROWS) } else { L::DECODE_TILE_ROWS.min(W::DECODE_TILE_ROWS) };
         for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
             let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
+            let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
                 // The largest tile of 4, 3, 2 or 1 rows that fits.
                 let nr = [4, 3, 2, 1].into_iter().find(|&n| n <= tile_rows.min(rows.end - r)).expect("1 row fits");
                 let row = w.data.as_ptr().add(r * row_bytes);
-                let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
+                if act.n_tokens == 1 {
+                    // One token: each row is read once, at memory's pace; the tiles prefetch
+                    // ahead of their walk ([`StreamAhead`]).
+                    let (x, o, s) = (act.x.as_ptr(), out.at(r), (token_stride, &mut *ahead));
+                    match nr {
+                        4 => tile::<L, W, 4, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
+                        3 => tile::<L, W, 3, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
+                        2 => tile::<L, W, 2, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
+                        _ => tile::<L, W, 1, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
+                    };
+                    r += nr;
+                    continue;
+                }
+                let next = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
+                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes);
                 let mut t = t_block;
                 while t < t_end {
                     let x = act.x.as_ptr().add(t * cols);
                     let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
                     let o = out.at(t * token_stride + r);
-                    let s = token_stride;
+                    let s = (token_stride, &mut *ahead);
                     t += match (nr, t_end - t) {
                         // Only one token has 4-row tiles.
-                        (4, _) => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 1) => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 2) => tile::<L, W, 3, 2>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 3) => tile::<L, W, 3, 3>(row, row_bytes, cols, x, gs, o, s),
-                        (3, _) => tile::<L, W, 3, 4>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
-                        (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
-                        (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
+                        (4, _) => tile::<L, W, 4, 1, false>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 1) => tile::<L, W, 3, 1, false>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 2) => tile::<L, W, 3, 2, false>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 3) => tile::<L, W, 3, 3, false>(row, row_bytes, cols, x, gs, o, s),
+                        (3, _) => tile::<L, W, 3, 4, false>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 1) => tile::<L, W, 1, 1, false>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 2) => tile::<L, W, 1, 2, false>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 3) => tile::<L, W, 1, 3, false>(row, row_bytes, cols, x, gs, o, s),
+                        (1, _) => tile::<L, W, 1, 4, false>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 1) => tile::<L, W, 2, 1, false>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 2) => tile::<L, W, 2, 2, false>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 3) => tile::<L, W, 2, 3, false>(row, row_bytes, cols, x, gs, o, s),
+                        (_, _) => tile::<L, W, 2, 4, false>(row, row_bytes, cols, x, gs, o, s),
                     };
                 }
                 r += nr;
@@ -499,6 +513,9 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
     }
 }
 
+/// Rows a prefill tile asks for ahead of itself ([`prefetch`]): a prefill reads each row
+/// tile for a whole token block, so the next rows need to arrive only one tile ahead, and
+/// lines fetched much earlier would be pushed out of L1 by the activations first.
 pub(crate) const PREFETCH_ROWS: usize = 2;
 
 /// Asks for the cache lines of `p[..n]` (a hint: no effect on results). The lines need not
@@ -515,6 +532,58 @@ pub(crate) fn prefetch(p: *const u8, n: usize) {
             unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
             off += 64;
         }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, n);
+}
+
+/// Software prefetch a fixed distance ahead of a decode's walk through its weight rows.
+///
+/// A decode reads its rows once, front to back, and does some arithmetic on every line; the
+/// hardware prefetchers alone keep too few lines in flight for that pace (and stop at 4 KiB
+/// page boundaries), so a thread would wait on memory and then compute, one after the other.
+/// The kernels call [`StreamAhead::advance`] with each piece of the rows they are about to
+/// read; it asks for the lines [`StreamAhead::DISTANCE`] bytes further on, a few at a time,
+/// so the memory system keeps loading while the kernel computes. A hint only: results never
+/// depend on it.
+pub(crate) struct StreamAhead {
+    /// The next byte to ask for.
+    next: *const u8,
+    /// The end of the thread's rows: nothing past it is asked for.
+    end: *const u8,
+}
+
+impl StreamAhead {
+    /// How far ahead of the reading position lines are asked for: more than one core's
+    /// loads in flight (about 100 ns of memory latency at 20-30 GB/s is 2-3 KiB), less than
+    /// L1 (32 KiB), so a line arrives before it is read and stays until then.
+    pub(crate) const DISTANCE: usize = 8192;
+
+    /// For a walk through `bytes` (a thread's consecutive rows), ahead of its first byte.
+    pub(crate) fn new(bytes: &[u8]) -> StreamAhead {
+        let p = bytes.as_ptr();
+        // The first DISTANCE bytes are left to the hardware prefetchers.
+        StreamAhead { next: p.wrapping_add(StreamAhead::DISTANCE.min(bytes.len())), end: p.wrapping_add(bytes.len()) }
+    }
+
+    /// The walk moves on by `bytes`: asks for the lines that bring the prefetched part that
+    /// much further (those starting in the next `bytes` bytes, up to the end).
+    #[inline(always)]
+    pub(crate) fn advance(&mut self, bytes: usize) {
+        let from = self.next as usize;
+        self.next = self.next.wrapping_add(bytes);
+        let stop = (self.next as usize).min(self.end as usize);
+        // Lines starting in [from, stop); the line holding `from - 1` was asked for before.
+        let line = from.next_multiple_of(64);
+        prefetch(line as *const u8, stop.saturating_sub(line));
+    }
+
+    /// [`StreamAhead::advance`] by piece `i` of `pieces` nearly equal pieces of `bytes` (the
+    /// last one takes the remainder), for a kernel that reads a tile's rows piece by piece.
+    #[inline(always)]
+    pub(crate) fn advance_piece(&mut self, bytes: usize, pieces: usize, i: usize) {
+        let step = bytes / pieces;
+        self.advance(if i + 1 == pieces { bytes - step * (pieces - 1) } else { step });
     }
 }
 
@@ -542,16 +611,17 @@ pub(crate) unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
 /// `row` must point at `NR` rows of `cols` values in `W`'s layout, `row_bytes` apart; `x` at
 /// `NT` tokens of `cols` f32; `gs` (if `W::OFFSET`) at their group sums, `group_sums_len(cols)`
 /// per token; `out` be valid for `NR` outputs of each of `NT` tokens, `out_stride` apart, which
-/// no other thread touches during the call. The CPU must have `L`'s ISA.
+/// no other thread touches during the call. The CPU must have `L`'s ISA. With `STREAM`, the
+/// tile advances `ahead` over its rows as it reads them.
 #[inline(always)]
-unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
+unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize, const STREAM: bool>(
     row: *const u8,
     row_bytes: usize,
     cols: usize,
     x: *const f32,
     gs: *const f32,
     out: *mut f32,
-    out_stride: usize,
+    (out_stride, ahead): (usize, &mut StreamAhead),
 ) -> usize {
     // SAFETY: `row`, `x`, `gs` and `out` cover the rows, tokens, group sums and outputs this
     // reads and writes (this function's precondition), and the CPU has `L`'s ISA.
@@ -570,8 +640,12 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
         let mut acc_lo = [[L::zero(); NT]; NR];
         let mut acc_hi = [[L::zero(); NT]; NR];
         let mut d = [[0f32; 16]; NR];
+        let chunks = groups.div_ceil(16);
         for chunk in (0..groups).step_by(16) {
             let n = (groups - chunk).min(16);
+            if STREAM {
+                ahead.advance_piece(NR * row_bytes, chunks, chunk / 16);
+            }
             if W::SCALED {
                 for r in 0..NR {
                     f16_chunk::<L>(d_ptr[r].add(2 * chunk), n).store(d[r].as_mut_ptr());

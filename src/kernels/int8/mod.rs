@@ -77,7 +77,7 @@ use super::lanes::Lanes16;
 use super::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
 use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, Layout};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
-use super::{check_out, prefetch, Disjoint, Isa, MatRef, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
+use super::{check_out, prefetch, Disjoint, Isa, MatRef, StreamAhead, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
 /// `[e(0), e(1), ..., e(n - 1)]` for an expression `e` of the index, written in place rather
@@ -336,26 +336,34 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
         let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
         for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
             let tokens = t_block..(t_block + TOKEN_BLOCK).min(act.n_tokens);
+            let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
                 let nr = tile_rows.min(rows.end - r);
                 let row = w.data.as_ptr().add(r * row_bytes);
-                let ahead = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), ahead * row_bytes);
+                if act.n_tokens == 1 {
+                    // One token: one row per tile, each read once at memory's pace; the
+                    // tiles prefetch ahead of their walk ([`StreamAhead`]).
+                    tile::<D, K, 1, 1, true>(row, row_bytes, w.cols, &Acts::at(act, 0), out.at(r), (token_stride, &mut *ahead));
+                    r += 1;
+                    continue;
+                }
+                let next = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
+                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes);
                 let mut t = tokens.start;
                 while t < tokens.end {
                     let x = Acts::at(act, t);
                     let o = out.at(t * token_stride + r);
-                    let (c, s) = (w.cols, token_stride);
+                    let (c, s) = (w.cols, (token_stride, &mut *ahead));
                     t += match (nr, tokens.end - t) {
-                        (1, 1) => tile::<D, K, 1, 1>(row, row_bytes, c, &x, o, s),
-                        (1, 2) => tile::<D, K, 1, 2>(row, row_bytes, c, &x, o, s),
-                        (1, 3) => tile::<D, K, 1, 3>(row, row_bytes, c, &x, o, s),
-                        (1, _) => tile::<D, K, 1, 4>(row, row_bytes, c, &x, o, s),
-                        (_, 1) => tile::<D, K, 2, 1>(row, row_bytes, c, &x, o, s),
-                        (_, 2) => tile::<D, K, 2, 2>(row, row_bytes, c, &x, o, s),
-                        (_, 3) => tile::<D, K, 2, 3>(row, row_bytes, c, &x, o, s),
-                        (_, _) => tile::<D, K, 2, 4>(row, row_bytes, c, &x, o, s),
+                        (1, 1) => tile::<D, K, 1, 1, false>(row, row_bytes, c, &x, o, s),
+                        (1, 2) => tile::<D, K, 1, 2, false>(row, row_bytes, c, &x, o, s),
+                        (1, 3) => tile::<D, K, 1, 3, false>(row, row_bytes, c, &x, o, s),
+                        (1, _) => tile::<D, K, 1, 4, false>(row, row_bytes, c, &x, o, s),
+                        (_, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s),
+                        (_, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s),
+                        (_, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s),
+                        (_, _) => tile::<D, K, 2, 4, false>(row, row_bytes, c, &x, o, s),
                     };
                 }
                 r += nr;
@@ -411,15 +419,16 @@ impl Acts {
 /// `row` must point at `NR` packed rows of `cols` values in `K`'s layout, `row_bytes` apart;
 /// `x` at `NT` tokens of activations of `cols` values; `out` be valid for `NR` outputs of each
 /// of `NT` tokens, `out_stride` apart, which no other thread touches during the call. The CPU
-/// must have `D`'s ISA.
+/// must have `D`'s ISA. With `STREAM`, the tile advances `ahead` over its rows as it reads
+/// them.
 #[inline(always)]
-unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
+unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize, const STREAM: bool>(
     row: *const u8,
     row_bytes: usize,
     cols: usize,
     x: &Acts,
     out: *mut f32,
-    out_stride: usize,
+    (out_stride, ahead): (usize, &mut StreamAhead),
 ) -> usize {
     // SAFETY: `row`, `x` and `out` cover the rows, tokens and outputs this reads and writes:
     // the wide chunks and the narrow one of `cols` values (this function's precondition); the
@@ -429,11 +438,18 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
         let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
         let d_ptr = rows.map(|p| p.add(groups * K::CODE_BYTES));
         let mut acc = [[<D::F as Lanes16>::zero(); NT]; NR];
-        for c in 0..wide_chunks(cols) {
+        let (wide, n) = (wide_chunks(cols), narrow_groups(cols));
+        let pieces = wide + usize::from(n > 0);
+        for c in 0..wide {
+            if STREAM {
+                ahead.advance_piece(NR * row_bytes, pieces, c);
+            }
             D::wide_chunk::<K, NR, NT>(&rows, &d_ptr, groups, c, x, &mut acc);
         }
-        let n = narrow_groups(cols);
         if n > 0 {
+            if STREAM {
+                ahead.advance_piece(NR * row_bytes, pieces, wide);
+            }
             let g0 = groups - n;
             let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
             let (mut dw, mw) = chunk_scales::<D, K, NR>(&d_ptr, groups, g0, n);
