@@ -54,58 +54,84 @@ pub fn code_bytes(ty: GgmlType) -> usize {
 }
 
 /// Packs whole ggml rows of `cols` values into the int8 layout (`out`: as many bytes).
+///
+/// Byte shuffles straight from ggml's blocks (their value order: [`group_code_bytes`]); the
+/// scales and headers are copied as they are.
 pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {
     let row_bytes = ty.row_bytes(cols);
     assert!(cols.is_multiple_of(256) && ggml.len().is_multiple_of(row_bytes) && out.len() == ggml.len());
     let (groups, cb) = (cols / QK, code_bytes(ty));
-    let decode = ty.spec().decode_groups.expect("K-quant types have a group decoder");
-    let mut decoded = vec![Group::ZERO; groups];
     for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(row_bytes)) {
-        decode(src, &mut decoded);
         let (codes, scales) = dst.split_at_mut(groups * cb);
-        for (g, group) in decoded.iter().enumerate() {
-            let bytes = group_code_bytes(ty, group);
-            for b in (0..cb).step_by(4) {
-                let at = chunked_code_offset(cb, groups, g, b);
-                codes[at..at + 4].copy_from_slice(&bytes[b..b + 4]);
-            }
-        }
-        for (s, block) in src.chunks_exact(ty.block_bytes()).enumerate() {
-            match ty {
-                GgmlType::Q4_K | GgmlType::Q5_K => scales[Q4K_HEADER * s..Q4K_HEADER * (s + 1)].copy_from_slice(&block[..Q4K_HEADER]),
-                GgmlType::Q6_K => {
-                    scales[16 * s..16 * (s + 1)].copy_from_slice(&block[192..208]);
-                    let d_at = 2 * groups + 2 * s;
-                    scales[d_at..d_at + 2].copy_from_slice(&block[208..210]);
+        // Chunks of 16 groups (two super-blocks; a row's last chunk may be one): word `j` of
+        // the chunk's group `l` at `4 (j n + l)`.
+        for (chunk, (blocks, out)) in src.chunks(2 * ty.block_bytes()).zip(codes.chunks_mut(16 * cb)).enumerate() {
+            let n = out.len() / cb;
+            for (half, block) in blocks.chunks_exact(ty.block_bytes()).enumerate() {
+                for k in 0..SUPER_GROUPS {
+                    let (l, bytes) = (SUPER_GROUPS * half + k, group_code_bytes(ty, block, k));
+                    for j in 0..cb / 4 {
+                        out[4 * (j * n + l)..][..4].copy_from_slice(&bytes[4 * j..4 * j + 4]);
+                    }
                 }
-                _ => unreachable!("not a K-quant int8 type"),
+                let s = 2 * chunk + half;
+                match ty {
+                    GgmlType::Q4_K | GgmlType::Q5_K => scales[Q4K_HEADER * s..Q4K_HEADER * (s + 1)].copy_from_slice(&block[..Q4K_HEADER]),
+                    GgmlType::Q6_K => {
+                        scales[16 * s..16 * (s + 1)].copy_from_slice(&block[192..208]);
+                        let d_at = 2 * groups + 2 * s;
+                        scales[d_at..d_at + 2].copy_from_slice(&block[208..210]);
+                    }
+                    _ => unreachable!("not a K-quant int8 type"),
+                }
             }
         }
     }
 }
 
-/// One group's code bytes in the int8 layout (grouped order; module docs).
-fn group_code_bytes(ty: GgmlType, group: &Group) -> [u8; 24] {
+/// The code bytes of group `k` (values `32k..32k + 32`) of a ggml super-block in the int8
+/// layout (grouped order; module docs), from ggml's fields:
+///
+/// - Q4_K `{d, dmin, scales[12], qs[128]}`: value `l` of group `k` is nibble `k % 2` of
+///   `qs[32 (k / 2) + l]`;
+/// - Q5_K `{d, dmin, scales[12], qh[32], qs[128]}`: the same low 4 bits, and bit 4 is bit `k`
+///   of `qh[l]`;
+/// - Q6_K `{ql[128], qh[64], scales[16], d}`: with `k = 4n + t`, the low 4 bits are nibble
+///   `t / 2` of `ql[64n + 32 (t % 2) + l]` and bits 4..6 are bits `2t..2t + 2` of
+///   `qh[32n + l]` (`u = q + 32`, as stored).
+#[inline(always)]
+fn group_code_bytes(ty: GgmlType, block: &[u8], k: usize) -> [u8; 24] {
     let mut out = [0u8; 24];
-    let u: [u8; 32] = match ty {
-        GgmlType::Q4_K | GgmlType::Q5_K => group.codes.map(|c| c as u8),
-        _ => group.codes.map(|c| (c + 32) as u8),
-    };
-    debug_assert!(u.iter().all(|&v| v < [16, 32, 64][(code_bytes(ty) - 16) / 4]));
-    for i in 0..16 {
-        out[i] = (u[i] & 0x0F) | ((u[16 + i] & 0x0F) << 4);
-    }
-    if ty == GgmlType::Q5_K {
-        for b in 0..4 {
-            out[16 + b] = (0..8).map(|k| ((u[4 * k + b] >> 4) & 1) << k).sum();
+    let (low, high): (&[u8], Option<(&[u8], u32)>) = match ty {
+        GgmlType::Q4_K => (&block[16 + 32 * (k / 2)..][..32], None),
+        GgmlType::Q5_K => (&block[48 + 32 * (k / 2)..][..32], Some((&block[16..48], k as u32))),
+        GgmlType::Q6_K => {
+            let (n, t) = (k / 4, k % 4);
+            (&block[64 * n + 32 * (t % 2)..][..32], Some((&block[128 + 32 * n..][..32], 2 * t as u32)))
         }
+        _ => unreachable!("not a K-quant int8 type"),
+    };
+    let nibble_shift = match ty {
+        GgmlType::Q6_K => 4 * ((k % 4) / 2),
+        _ => 4 * (k % 2),
+    };
+    for i in 0..16 {
+        out[i] = ((low[i] >> nibble_shift) & 0x0F) | (((low[16 + i] >> nibble_shift) & 0x0F) << 4);
     }
-    if ty == GgmlType::Q6_K {
-        for h in 0..2 {
-            for b in 0..4 {
-                out[16 + 4 * h + b] = (0..4).map(|m| ((u[4 * (4 * h + m) + b] >> 4) & 3) << (2 * m)).sum();
+    // Four code bytes at once: byte b of qh word m is qh[4m + b].
+    let word = |qh: &[u8], m: usize| u32::from_le_bytes([qh[4 * m], qh[4 * m + 1], qh[4 * m + 2], qh[4 * m + 3]]);
+    match (ty, high) {
+        (GgmlType::Q5_K, Some((qh, bit))) => {
+            let bits = (0..8).fold(0u32, |acc, m| acc | (((word(qh, m) >> bit) & 0x0101_0101) << m));
+            out[16..20].copy_from_slice(&bits.to_le_bytes());
+        }
+        (GgmlType::Q6_K, Some((qh, shift))) => {
+            for h in 0..2 {
+                let bits = (0..4).fold(0u32, |acc, m| acc | (((word(qh, 4 * h + m) >> shift) & 0x0303_0303) << (2 * m)));
+                out[16 + 4 * h..20 + 4 * h].copy_from_slice(&bits.to_le_bytes());
             }
         }
+        _ => {}
     }
     out
 }
