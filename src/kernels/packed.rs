@@ -303,11 +303,15 @@ pub fn chunk_rows(ty: GgmlType, cols: usize, packed: &mut [u8]) {
     let mut grouped = vec![0u8; groups * cb];
     for row in packed.chunks_exact_mut(row_bytes) {
         grouped.copy_from_slice(&row[..groups * cb]);
-        for g in 0..groups {
-            // Every layout keeps runs of 4 code bytes (one i32 lane) together.
-            for b in (0..cb).step_by(4) {
-                let at = chunked_code_offset(cb, groups, g, b);
-                row[at..at + 4].copy_from_slice(&grouped[g * cb + b..g * cb + b + 4]);
+        for (c, chunk) in grouped.chunks(CHUNK * cb).enumerate() {
+            let (n, base) = (chunk.len() / cb, c * CHUNK * cb);
+            for (l, group) in chunk.chunks_exact(cb).enumerate() {
+                // Every layout keeps runs of 4 code bytes (one i32 lane) together; a wide
+                // chunk's word `j` of group `l` is at `4 (j n + l)`.
+                for (j, word) in group.chunks_exact(4).enumerate() {
+                    let at = if n > NARROW_MAX { base + 4 * (j * n + l) } else { chunked_code_offset(cb, groups, c * CHUNK + l, 4 * j) };
+                    row[at..at + 4].copy_from_slice(word);
+                }
             }
         }
     }
