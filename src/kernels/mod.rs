@@ -472,12 +472,12 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                 if act.n_tokens == 1 {
                     // One token: each row is read once, at memory's pace; the tiles prefetch
                     // ahead of their walk ([`StreamAhead`]).
-                    let (x, o, s) = (act.x.as_ptr(), out.at(r), (token_stride, &mut *ahead));
+                    let (x, gs, o, s) = (act.x.as_ptr(), act.gs.as_ptr(), out.at(r), (token_stride, &mut *ahead));
                     match nr {
-                        4 => tile::<L, W, 4, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
-                        3 => tile::<L, W, 3, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
-                        2 => tile::<L, W, 2, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
-                        _ => tile::<L, W, 1, 1, true>(row, row_bytes, cols, x, act.gs.as_ptr(), o, s),
+                        4 => tile::<L, W, 4, 1, true>(row, row_bytes, cols, x, gs, o, s),
+                        3 => tile::<L, W, 3, 1, true>(row, row_bytes, cols, x, gs, o, s),
+                        2 => tile::<L, W, 2, 1, true>(row, row_bytes, cols, x, gs, o, s),
+                        _ => tile::<L, W, 1, 1, true>(row, row_bytes, cols, x, gs, o, s),
                     };
                     r += nr;
                     continue;
