@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,6 +18,12 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 # ray.init() in the tests (and in the docs examples they run) starts a Ray instance of its
 # own: never join a cluster that happens to run on this machine.
 os.environ["RAY_ADDRESS"] = "local"
+
+# The Ctrl-C tests send real SIGINTs, to this process and to the processes it starts. A shell
+# that starts the suite in the background (`cmd &`) sets SIGINT to ignored, Python then keeps
+# it ignored, and children inherit that: restore Python's own handler, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
