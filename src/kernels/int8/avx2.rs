@@ -105,6 +105,14 @@ unsafe fn sub_scales256(sub: *const u8, n: usize) -> ([__m256i; 2], [__m256i; 2]
     }
 }
 
+/// Whether `K` is Q8_0 (the one type with 32 code bytes per group), and whether its codes are
+/// nibbles taken as they are or less 8 (Q4_0, Q4_1, Q4_K): the types `wide_chunk` takes word
+/// by word.
+#[inline(always)]
+fn word_by_word<K: Kind>() -> (bool, bool) {
+    (K::CODE_BYTES == 32, K::CODE_BYTES == 16 && matches!(K::BIAS_LOG2, None | Some(3)))
+}
+
 impl IntLanes for Avx2I32 {
     type F = Avx2x2;
     /// Tiles of nibble codes (Q4_0, Q4_1, Q4_K) and of Q8_0 codes word by word: each code
@@ -124,9 +132,7 @@ impl IntLanes for Avx2I32 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `rows`, `d_ptr` and `x` cover chunk `c`
         // of the tile as `wide_chunk_dots` asks (the `IntLanes` contract).
         unsafe {
-            // Q8_0 is the one type with 32 code bytes per group.
-            let q8 = K::CODE_BYTES == 32;
-            let nibbles = K::CODE_BYTES == 16 && matches!(K::BIAS_LOG2, None | Some(3));
+            let (q8, nibbles) = word_by_word::<K>();
             if !q8 && !nibbles {
                 return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
             }
@@ -191,6 +197,11 @@ impl IntLanes for Avx2I32 {
                 }
             }
         }
+    }
+    /// All but the types `wide_chunk` takes word by word.
+    #[inline(always)]
+    fn prepares<K: Kind>() -> bool {
+        word_by_word::<K>() == (false, false)
     }
     /// The trait's arithmetic in vectors (as the AVX-512 `q4k_scales`): the 6-bit integers
     /// unpacked on 32-bit words, the f16 scales by `vcvtph2ps`, the (exact) products, the

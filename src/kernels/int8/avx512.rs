@@ -3,7 +3,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind};
+use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind, PreparedChunk};
 use crate::kernels::kquant::{q4k_scales_mins, Q4K_HEADER};
 use crate::kernels::lanes::{Avx512, Lanes16};
 use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
@@ -426,6 +426,68 @@ impl IntLanes for Vnni {
                     };
                     let isum = Vnni(isum).to_f32();
                     acc[r][t] = scale_add::<Avx512, K>(acc[r][t], isum, dw[r], dx, mw[r], sx);
+                }
+            }
+        }
+    }
+    /// All but the nibble codes, which `wide_chunk` unpacks word by word for less than it
+    /// costs to load them unpacked.
+    #[inline(always)]
+    fn prepares<K: Kind>() -> bool {
+        !(K::WORD_PAIRS && K::CODE_BYTES == 16)
+    }
+    /// Word by word like `wide_chunk`, on the unpacked words of the rows' prepared chunks:
+    /// each activation word is loaded once for all the tile's rows. The sub-block scaled
+    /// types keep the two halves' sums apart and finish them as `dot_q6`.
+    #[inline(always)]
+    unsafe fn prepared_chunk<K: Kind, const NR: usize, const NT: usize>(p: &[&PreparedChunk<Self, K>; NR], c: usize, x: &Acts, acc: &mut [[Avx512; NT]; NR]) {
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x` covers chunk `c` of the
+        // tile's tokens (the `IntLanes` contract).
+        unsafe {
+            let g0 = c * CHUNK_GROUPS;
+            let words = per_index!(NR, |r| K::vnni_words(&p[r].w));
+            let halves = words[0].1.is_some();
+            // [row][token]: the sums of words 0..4 and (for the halves) of words 4..8
+            let mut lo = [[_mm512_setzero_si512(); NT]; NR];
+            let mut hi = [[_mm512_setzero_si512(); NT]; NR];
+            for j in 0..4 {
+                let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| (words[r].0[j], words[r].0[j + 4]));
+                for t in 0..NT {
+                    let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
+                    let (xl, xh) = (_mm512_loadu_si512(xq.add(64 * j).cast()), _mm512_loadu_si512(xq.add(64 * (j + 4)).cast()));
+                    for r in 0..NR {
+                        if halves {
+                            lo[r][t] = _mm512_dpbusd_epi32(lo[r][t], w[r].0, xl);
+                            hi[r][t] = _mm512_dpbusd_epi32(hi[r][t], w[r].1, xh);
+                        } else {
+                            lo[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(lo[r][t], w[r].0, xl), w[r].1, xh);
+                        }
+                    }
+                }
+            }
+            for t in 0..NT {
+                let lane = t * x.lane_stride + g0;
+                let dx = Avx512::load(x.d.add(lane));
+                let sx = if K::OFFSET { Avx512::load(x.s.add(lane)) } else { Avx512::zero() };
+                let (qsum, hsum) = (x.qsum.add(lane), x.hsum.add(lane));
+                for r in 0..NR {
+                    let isum = match (words[r].1, K::BIAS_LOG2) {
+                        // As `dot_q6`.
+                        (Some((sc0, sc1)), _) => {
+                            let (q, h) = (_mm512_loadu_si512(qsum.cast()), _mm512_loadu_si512(hsum.cast()));
+                            let a = _mm512_sub_epi32(lo[r][t], _mm512_slli_epi32(h, 5));
+                            let b = _mm512_sub_epi32(hi[r][t], _mm512_slli_epi32(_mm512_sub_epi32(q, h), 5));
+                            _mm512_add_epi32(_mm512_mullo_epi32(*sc0, a), _mm512_mullo_epi32(*sc1, b))
+                        }
+                        // The bias times the activation code sums: exact (bounds in `dot_q8`).
+                        (None, Some(k)) => _mm512_sub_epi32(lo[r][t], _mm512_sll_epi32(_mm512_loadu_si512(qsum.cast()), _mm_cvtsi32_si128(k as i32))),
+                        (None, None) => lo[r][t],
+                    };
+                    acc[r][t] = scale_add::<Avx512, K>(acc[r][t], Vnni(isum).to_f32(), p[r].dw, dx, p[r].mw, sx);
+                    if K::MINS {
+                        let msum = K::min_sum::<Self>(&p[r].w, qsum, hsum);
+                        acc[r][t] = Avx512::fma(Avx512::mul(p[r].mw, dx), msum, acc[r][t]);
+                    }
                 }
             }
         }

@@ -1,6 +1,11 @@
 //! How each weight type's chunk enters the integer dot product: one [`Kind`] per type,
 //! generic over the ISA's [`IntLanes`].
 
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::__m512i;
+
+#[cfg(target_arch = "x86_64")]
+use super::avx512::Vnni;
 use super::IntLanes;
 use crate::kernels::f16_chunk;
 use crate::kernels::kquant::{Q4K_HEADER, SUPER_GROUPS};
@@ -57,6 +62,11 @@ pub(crate) trait Kind {
     unsafe fn min_sum<D: IntLanes>(_w: &Self::W<D>, _qsum: *const i32, _hsum: *const i32) -> D::F {
         unreachable!("only a type with MINS has minimums")
     }
+    /// A prepared chunk's 8 code words as `vpdpbusd`'s unsigned operand and, for the types
+    /// whose sub-block scales fold into the integer sum (Q6_K, Q3_K, Q2_K), the lanes'
+    /// `sc_0` and `sc_1`.
+    #[cfg(target_arch = "x86_64")]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>);
     /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
     type T<D: IntLanes>: Copy;
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
@@ -73,6 +83,11 @@ impl Kind for KQ4_0 {
     const OFFSET: bool = false;
     const BIAS_LOG2: Option<u32> = Some(3);
     type W<D: IntLanes> = D::Q4;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (w, None)
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -107,6 +122,11 @@ impl Kind for KQ4_1 {
     const OFFSET: bool = true;
     const BIAS_LOG2: Option<u32> = None;
     type W<D: IntLanes> = D::Q4;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (w, None)
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -140,6 +160,11 @@ impl Kind for KQ8_0 {
     const OFFSET: bool = false;
     const BIAS_LOG2: Option<u32> = Some(7);
     type W<D: IntLanes> = D::Q8;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (w, None)
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q8 {
         // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -175,6 +200,11 @@ impl Kind for KQ4K {
     const OFFSET: bool = true;
     const BIAS_LOG2: Option<u32> = None;
     type W<D: IntLanes> = D::Q4;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (w, None)
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -210,6 +240,11 @@ impl Kind for KQ5K {
     const BIAS_LOG2: Option<u32> = None;
     const WORD_PAIRS: bool = false;
     type W<D: IntLanes> = D::Q4;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (w, None)
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -246,6 +281,11 @@ impl Kind for KQ6K {
     const BIAS_LOG2: Option<u32> = None;
     const WORD_PAIRS: bool = false;
     type W<D: IntLanes> = D::Q6;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (&w.0, Some((&w.1, &w.2)))
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> D::Q6 {
         // SAFETY: `codes` and `sub` are valid for the chunk's bytes and the CPU runs `D`'s ISA
@@ -282,6 +322,11 @@ impl Kind for KQ5_0 {
     const BIAS_LOG2: Option<u32> = Some(4);
     const WORD_PAIRS: bool = false;
     type W<D: IntLanes> = D::Q4;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (w, None)
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -319,6 +364,11 @@ impl Kind for KQ5_1 {
     const BIAS_LOG2: Option<u32> = None;
     const WORD_PAIRS: bool = false;
     type W<D: IntLanes> = D::Q4;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (w, None)
+    }
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
         // SAFETY: `codes` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -356,6 +406,11 @@ impl Kind for KQ3K {
     const BIAS_LOG2: Option<u32> = None;
     const WORD_PAIRS: bool = false;
     type W<D: IntLanes> = D::Q6;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (&w.0, Some((&w.1, &w.2)))
+    }
     #[inline(always)]
     unsafe fn sub_ptr(s: *const u8, _groups: usize, g0: usize) -> *const u8 {
         // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
@@ -414,6 +469,11 @@ impl Kind for KQ2K {
     const WORD_PAIRS: bool = false;
     /// (the codes and scales as Q6_K's, `m_0` per lane, `m_1` per lane)
     type W<D: IntLanes> = (D::Q6, [i32; 16], [i32; 16]);
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+        (&w.0 .0, Some((&w.0 .1, &w.0 .2)))
+    }
     /// `sub`: the chunk's `[n][2]` scale bytes.
     #[inline(always)]
     unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> Self::W<D> {

@@ -80,6 +80,9 @@ use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES
 use super::{check_out, prefetch, Disjoint, Isa, MatRef, StreamAhead, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
+/// Tokens per tile: a tile is up to 2 rows x `TILE_TOKENS` tokens.
+const TILE_TOKENS: usize = 4;
+
 /// `[e(0), e(1), ..., e(n - 1)]` for an expression `e` of the index, written in place rather
 /// than in a closure: a closure does not inherit the caller's target features, so its
 /// intrinsics can stay calls (a closure-taking helper here once compiled to one).
@@ -263,6 +266,22 @@ pub(crate) trait IntLanes: Copy {
         // SAFETY: the arguments are those `wide_chunk_dots` asks for (the `IntLanes` contract).
         unsafe { wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc) }
     }
+    /// Whether a tile of several tokens takes `K`'s chunks prepared once per row and token
+    /// block ([`PreparedChunk`]) rather than unpacking them itself ([`IntLanes::wide_chunk`]).
+    #[inline(always)]
+    fn prepares<K: Kind>() -> bool {
+        true
+    }
+    /// Wide chunk `c` of an `NR x NT` tile into `acc` from the rows' prepared chunks, as
+    /// [`chunk_dots`] (which an ISA may replace by any exact way of forming the integer sums).
+    #[inline(always)]
+    unsafe fn prepared_chunk<K: Kind, const NR: usize, const NT: usize>(p: &[&PreparedChunk<Self, K>; NR], c: usize, x: &Acts, acc: &mut [[Self::F; NT]; NR]) {
+        // SAFETY: the arguments are those `chunk_dots` asks for (the `IntLanes` contract).
+        unsafe {
+            let (w, dw, mw) = (per_index!(NR, |r| &p[r].w), per_index!(NR, |r| p[r].dw), per_index!(NR, |r| p[r].mw));
+            chunk_dots::<Self, K, NR, NT>(w, dw, mw, c, x, acc)
+        }
+    }
 }
 
 /// The f16 at `p` (little-endian), exactly converted.
@@ -320,7 +339,10 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
     }
 }
 
-/// Token blocks, then rows, then tiles of up to 2 rows x 4 tokens (as the f32 kernels).
+/// Token blocks, then rows, then tiles of up to 2 rows x [`TILE_TOKENS`] tokens (as the f32
+/// kernels). Where a block has more tokens than one tile and the ISA asks for it
+/// ([`IntLanes::prepares`]), each pair of rows has its chunks unpacked once for all the
+/// block's tiles ([`PreparedChunk`]); the sums are the same either way.
 ///
 /// # Safety
 /// As for [`by_type`], with `K` the kind of `w.ty`.
@@ -333,9 +355,15 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
     unsafe {
         debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
         let row_bytes = layout_row_bytes(w.ty, Layout::Chunked, w.cols);
+        let (groups, wide) = (w.cols / GROUP, wide_chunks(w.cols));
         let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
+        // [row of the tile][wide chunk]
+        let mut prepared: Vec<PreparedChunk<D, K>> = Vec::new();
         for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
             let tokens = t_block..(t_block + TOKEN_BLOCK).min(act.n_tokens);
+            // More tokens than one tile takes: each row's chunks are unpacked once for all of
+            // the block's tiles.
+            let prepare = tokens.len() > TILE_TOKENS && D::prepares::<K>();
             let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
@@ -344,26 +372,35 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                 if act.n_tokens == 1 {
                     // One token: one row per tile, each read once at memory's pace; the
                     // tiles prefetch ahead of their walk ([`StreamAhead`]).
-                    tile::<D, K, 1, 1, true>(row, row_bytes, w.cols, &Acts::at(act, 0), out.at(r), (token_stride, &mut *ahead));
+                    tile::<D, K, 1, 1, true>(row, row_bytes, w.cols, &Acts::at(act, 0), out.at(r), (token_stride, &mut *ahead), &[]);
                     r += 1;
                     continue;
                 }
                 let next = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
                 prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes);
+                prepared.clear();
+                if prepare {
+                    for i in 0..nr {
+                        for c in 0..wide {
+                            prepared.push(prepare_chunk::<D, K>(row.add(i * row_bytes), groups, c));
+                        }
+                    }
+                }
+                let p = &prepared[..];
                 let mut t = tokens.start;
                 while t < tokens.end {
                     let x = Acts::at(act, t);
                     let o = out.at(t * token_stride + r);
                     let (c, s) = (w.cols, (token_stride, &mut *ahead));
                     t += match (nr, tokens.end - t) {
-                        (1, 1) => tile::<D, K, 1, 1, false>(row, row_bytes, c, &x, o, s),
-                        (1, 2) => tile::<D, K, 1, 2, false>(row, row_bytes, c, &x, o, s),
-                        (1, 3) => tile::<D, K, 1, 3, false>(row, row_bytes, c, &x, o, s),
-                        (1, _) => tile::<D, K, 1, 4, false>(row, row_bytes, c, &x, o, s),
-                        (_, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s),
-                        (_, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s),
-                        (_, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s),
-                        (_, _) => tile::<D, K, 2, 4, false>(row, row_bytes, c, &x, o, s),
+                        (1, 1) => tile::<D, K, 1, 1, false>(row, row_bytes, c, &x, o, s, p),
+                        (1, 2) => tile::<D, K, 1, 2, false>(row, row_bytes, c, &x, o, s, p),
+                        (1, 3) => tile::<D, K, 1, 3, false>(row, row_bytes, c, &x, o, s, p),
+                        (1, _) => tile::<D, K, 1, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, _) => tile::<D, K, 2, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
                     };
                 }
                 r += nr;
@@ -420,7 +457,7 @@ impl Acts {
 /// `x` at `NT` tokens of activations of `cols` values; `out` be valid for `NR` outputs of each
 /// of `NT` tokens, `out_stride` apart, which no other thread touches during the call. The CPU
 /// must have `D`'s ISA. With `STREAM`, the tile advances `ahead` over its rows as it reads
-/// them.
+/// them. `prepared`: empty, or the rows' wide chunks prepared (`[NR][wide chunks]`).
 #[inline(always)]
 unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize, const STREAM: bool>(
     row: *const u8,
@@ -429,6 +466,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize, const STR
     x: &Acts,
     out: *mut f32,
     (out_stride, ahead): (usize, &mut StreamAhead),
+    prepared: &[PreparedChunk<D, K>],
 ) -> usize {
     // SAFETY: `row`, `x` and `out` cover the rows, tokens and outputs this reads and writes:
     // the wide chunks and the narrow one of `cols` values (this function's precondition); the
@@ -444,7 +482,12 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize, const STR
             if STREAM {
                 ahead.advance_piece(NR * row_bytes, pieces, c);
             }
-            D::wide_chunk::<K, NR, NT>(&rows, &d_ptr, groups, c, x, &mut acc);
+            if prepared.is_empty() {
+                D::wide_chunk::<K, NR, NT>(&rows, &d_ptr, groups, c, x, &mut acc);
+            } else {
+                let p: [&PreparedChunk<D, K>; NR] = per_index!(NR, |r| &prepared[r * wide + c]);
+                D::prepared_chunk::<K, NR, NT>(&p, c, x, &mut acc);
+            }
         }
         if n > 0 {
             if STREAM {
@@ -501,6 +544,56 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
         let n = (groups - g0).min(CHUNK_GROUPS);
         let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr[r], groups, g0), n));
         let (dw, mw) = chunk_scales::<D, K, NR>(d_ptr, groups, g0, n);
+        chunk_dots::<D, K, NR, NT>(per_index!(NR, |r| &w[r]), dw, mw, c, x, acc);
+    }
+}
+
+/// One wide chunk of a packed row as the dot products take it: the codes unpacked by
+/// [`Kind::prep`], the groups' scales and offsets by [`Kind::scales`].
+pub(crate) struct PreparedChunk<D: IntLanes, K: Kind> {
+    pub(crate) w: K::W<D>,
+    pub(crate) dw: D::F,
+    pub(crate) mw: D::F,
+}
+
+/// Wide chunk `c` of the packed row at `row` (`groups` groups), prepared.
+///
+/// # Safety
+/// `row` must point at a packed row of `groups` groups in `K`'s layout with a wide chunk `c`;
+/// the CPU must have `D`'s ISA.
+#[inline(always)]
+unsafe fn prepare_chunk<D: IntLanes, K: Kind>(row: *const u8, groups: usize, c: usize) -> PreparedChunk<D, K> {
+    // SAFETY: the chunk's codes, sub-block scales and scales lie within the row (this
+    // function's precondition).
+    unsafe {
+        let g0 = c * CHUNK_GROUPS;
+        let n = (groups - g0).min(CHUNK_GROUPS);
+        let d_ptr = row.add(groups * K::CODE_BYTES);
+        let w = K::prep::<D>(row.add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr, groups, g0), n);
+        let (dw, mw) = K::scales::<D>(d_ptr, groups, g0, n);
+        PreparedChunk { w, dw, mw }
+    }
+}
+
+/// Wide chunk `c` of an `NR x NT` tile into `acc` (steps 1 to 4 of the module docs) from the
+/// rows' prepared codes `w`, scales `dw` and offsets `mw` of the chunk.
+///
+/// # Safety
+/// `x` must point at `NT` tokens of activations with a wide chunk `c`; the CPU must have `D`'s
+/// ISA.
+#[inline(always)]
+unsafe fn chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
+    w: [&K::W<D>; NR],
+    dw: [D::F; NR],
+    mw: [D::F; NR],
+    c: usize,
+    x: &Acts,
+    acc: &mut [[D::F; NT]; NR],
+) {
+    // SAFETY: chunk `c` lies within every token (this function's precondition), and so do its
+    // activation lanes at `g0`.
+    unsafe {
+        let g0 = c * CHUNK_GROUPS;
         for t in 0..NT {
             let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
             let lane = t * x.lane_stride + g0;
@@ -508,10 +601,10 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
             let sx = if K::OFFSET { <D::F as Lanes16>::load(x.s.add(lane)) } else { <D::F as Lanes16>::zero() };
             for r in 0..NR {
                 let (qsum, hsum) = (x.qsum.add(lane), x.hsum.add(lane));
-                let isum = K::isum::<D>(&w[r], xq, qsum, hsum);
+                let isum = K::isum::<D>(w[r], xq, qsum, hsum);
                 acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
                 if K::MINS {
-                    let msum = K::min_sum::<D>(&w[r], qsum, hsum);
+                    let msum = K::min_sum::<D>(w[r], qsum, hsum);
                     acc[r][t] = <D::F as Lanes16>::fma(<D::F as Lanes16>::mul(mw[r], dx), msum, acc[r][t]);
                 }
             }
