@@ -430,11 +430,13 @@ impl IntLanes for Vnni {
             }
         }
     }
-    /// All but the nibble codes, which `wide_chunk` unpacks word by word for less than it
-    /// costs to load them unpacked.
+    /// Four rows share each activation word: twice the integer sums per load of two.
+    const WIDE_TILE_ROWS: usize = 4;
+    /// All but Q4_0's and Q4_1's nibbles, which `wide_chunk` unpacks word by word for less
+    /// than it costs to load them unpacked (Q4_K's are prepared for its scales).
     #[inline(always)]
     fn prepares<K: Kind>() -> bool {
-        !(K::WORD_PAIRS && K::CODE_BYTES == 16)
+        !(K::WORD_PAIRS && K::CODE_BYTES == 16) || K::SUPER_BLOCKS
     }
     /// Word by word like `wide_chunk`, on the unpacked words of the rows' prepared chunks:
     /// each activation word is loaded once for all the tile's rows. The sub-block scaled

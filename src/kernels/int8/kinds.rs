@@ -24,6 +24,9 @@ pub(crate) trait Kind {
     const CODE_BYTES: usize;
     /// Q4_1's `m * s` term.
     const OFFSET: bool;
+    /// Whether rows are super-blocks of 8 groups whose scales come from a header (the
+    /// K-quants).
+    const SUPER_BLOCKS: bool = false;
     /// Whether the codes are 8 words of one byte per value (Q8_0) or 4 of nibbles, which
     /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
     const WORD_PAIRS: bool = true;
@@ -196,6 +199,7 @@ impl Kind for KQ8_0 {
 /// headers (`[S][16]` after the codes).
 pub(super) struct KQ4K;
 impl Kind for KQ4K {
+    const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = 16;
     const OFFSET: bool = true;
     const BIAS_LOG2: Option<u32> = None;
@@ -235,6 +239,7 @@ impl Kind for KQ4K {
 /// Q5_K: Q4_K's arithmetic on 5-bit codes (`[G][20]` code bytes, then Q4_K's headers).
 pub(super) struct KQ5K;
 impl Kind for KQ5K {
+    const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = 20;
     const OFFSET: bool = true;
     const BIAS_LOG2: Option<u32> = None;
@@ -276,6 +281,7 @@ impl Kind for KQ5K {
 /// (`[G][2]` i8 sub-block scales, then `[S]` f16 `d`, after the codes).
 pub(super) struct KQ6K;
 impl Kind for KQ6K {
+    const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = 24;
     const OFFSET: bool = false;
     const BIAS_LOG2: Option<u32> = None;
@@ -401,6 +407,7 @@ impl Kind for KQ5_1 {
 /// `[S]` f16 `d`).
 pub(super) struct KQ3K;
 impl Kind for KQ3K {
+    const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = kquant_low::CODE_BYTES;
     const OFFSET: bool = false;
     const BIAS_LOG2: Option<u32> = None;
@@ -462,6 +469,7 @@ impl Kind for KQ3K {
 /// scale bytes `sc | m << 4`, `[S]` f16 `d`, `[S]` f16 `dmin`).
 pub(super) struct KQ2K;
 impl Kind for KQ2K {
+    const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = Q2K_CODE_BYTES;
     const OFFSET: bool = false;
     const MINS: bool = true;

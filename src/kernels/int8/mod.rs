@@ -266,6 +266,8 @@ pub(crate) trait IntLanes: Copy {
         // SAFETY: the arguments are those `wide_chunk_dots` asks for (the `IntLanes` contract).
         unsafe { wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc) }
     }
+    /// Rows per tile (1 to 4) where a token block has more tokens than one tile takes.
+    const WIDE_TILE_ROWS: usize = 2;
     /// Whether a tile of several tokens takes `K`'s chunks prepared once per row and token
     /// block ([`PreparedChunk`]) rather than unpacking them itself ([`IntLanes::wide_chunk`]).
     #[inline(always)]
@@ -367,7 +369,7 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
             let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
-                let nr = tile_rows.min(rows.end - r);
+                let nr = if tokens.len() > TILE_TOKENS { D::WIDE_TILE_ROWS } else { tile_rows }.min(rows.end - r);
                 let row = w.data.as_ptr().add(r * row_bytes);
                 if act.n_tokens == 1 {
                     // One token: one row per tile, each read once at memory's pace; the
@@ -397,10 +399,18 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                         (1, 2) => tile::<D, K, 1, 2, false>(row, row_bytes, c, &x, o, s, p),
                         (1, 3) => tile::<D, K, 1, 3, false>(row, row_bytes, c, &x, o, s, p),
                         (1, _) => tile::<D, K, 1, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, _) => tile::<D, K, 2, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                        (2, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s, p),
+                        (2, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s, p),
+                        (2, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s, p),
+                        (2, _) => tile::<D, K, 2, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                        (3, 1) => tile::<D, K, 3, 1, false>(row, row_bytes, c, &x, o, s, p),
+                        (3, 2) => tile::<D, K, 3, 2, false>(row, row_bytes, c, &x, o, s, p),
+                        (3, 3) => tile::<D, K, 3, 3, false>(row, row_bytes, c, &x, o, s, p),
+                        (3, _) => tile::<D, K, 3, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, 1) => tile::<D, K, 4, 1, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, 2) => tile::<D, K, 4, 2, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, 3) => tile::<D, K, 4, 3, false>(row, row_bytes, c, &x, o, s, p),
+                        (_, _) => tile::<D, K, 4, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
                     };
                 }
                 r += nr;
