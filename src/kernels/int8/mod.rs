@@ -80,7 +80,7 @@ use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES
 use super::{check_out, prefetch, Disjoint, Isa, MatRef, StreamAhead, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
-/// Tokens per tile: a tile is up to 2 rows x `TILE_TOKENS` tokens.
+/// Tokens per tile: a tile is up to [`IntLanes::WIDE_TILE_ROWS`] rows x `TILE_TOKENS` tokens.
 const TILE_TOKENS: usize = 4;
 
 /// `[e(0), e(1), ..., e(n - 1)]` for an expression `e` of the index, written in place rather
@@ -342,9 +342,10 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
 }
 
 /// Token blocks, then rows, then tiles of up to 2 rows x [`TILE_TOKENS`] tokens (as the f32
-/// kernels). Where a block has more tokens than one tile and the ISA asks for it
-/// ([`IntLanes::prepares`]), each pair of rows has its chunks unpacked once for all the
-/// block's tiles ([`PreparedChunk`]); the sums are the same either way.
+/// kernels), or of [`IntLanes::WIDE_TILE_ROWS`] rows where a block has more tokens than one
+/// tile. There, if the ISA asks for it ([`IntLanes::prepares`]), the tile's rows have their
+/// chunks unpacked once for all the block's tiles ([`PreparedChunk`]); the sums are the same
+/// either way.
 ///
 /// # Safety
 /// As for [`by_type`], with `K` the kind of `w.ty`.
