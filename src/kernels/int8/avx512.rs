@@ -431,7 +431,7 @@ impl IntLanes for Vnni {
         }
     }
     /// Four rows share each activation word: twice the integer sums per load of two.
-    const WIDE_TILE_ROWS: usize = 4;
+    const FOUR_ROW_TILES: bool = true;
     /// All but Q4_0's and Q4_1's nibbles, which `wide_chunk` unpacks word by word for less
     /// than it costs to load them unpacked (Q4_K's are prepared for its scales).
     #[inline(always)]

@@ -80,7 +80,7 @@ use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES
 use super::{check_out, prefetch, Disjoint, Isa, MatRef, StreamAhead, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
-/// Tokens per tile: a tile is up to [`IntLanes::WIDE_TILE_ROWS`] rows x `TILE_TOKENS` tokens.
+/// Tokens per tile: a tile is up to 4 rows ([`IntLanes::FOUR_ROW_TILES`]) x `TILE_TOKENS` tokens.
 const TILE_TOKENS: usize = 4;
 
 /// `[e(0), e(1), ..., e(n - 1)]` for an expression `e` of the index, written in place rather
@@ -266,8 +266,9 @@ pub(crate) trait IntLanes: Copy {
         // SAFETY: the arguments are those `wide_chunk_dots` asks for (the `IntLanes` contract).
         unsafe { wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc) }
     }
-    /// Rows per tile (1 to 4) where a token block has more tokens than one tile takes.
-    const WIDE_TILE_ROWS: usize = 2;
+    /// Whether a token block of more tokens than one tile takes runs tiles of 4 rows (else
+    /// 2). A constant, so that the other ISAs compile no 4-row tiles.
+    const FOUR_ROW_TILES: bool = false;
     /// Whether a tile of several tokens takes `K`'s chunks prepared once per row and token
     /// block ([`PreparedChunk`]) rather than unpacking them itself ([`IntLanes::wide_chunk`]).
     #[inline(always)]
@@ -342,8 +343,8 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
 }
 
 /// Token blocks, then rows, then tiles of up to 2 rows x [`TILE_TOKENS`] tokens (as the f32
-/// kernels), or of [`IntLanes::WIDE_TILE_ROWS`] rows where a block has more tokens than one
-/// tile. There, if the ISA asks for it ([`IntLanes::prepares`]), the tile's rows have their
+/// kernels), or of 4 rows ([`IntLanes::FOUR_ROW_TILES`]) where a block has more tokens than
+/// one tile. There, if the ISA asks for it ([`IntLanes::prepares`]), the tile's rows have their
 /// chunks unpacked once for all the block's tiles ([`PreparedChunk`]); the sums are the same
 /// either way.
 ///
@@ -370,7 +371,9 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
             let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
-                let nr = if tokens.len() > TILE_TOKENS { D::WIDE_TILE_ROWS } else { tile_rows }.min(rows.end - r);
+                // 4 rows where the ISA takes them and 4 remain, else 2 or the last one.
+                let block_rows = if D::FOUR_ROW_TILES && tokens.len() > TILE_TOKENS { 4 } else { tile_rows };
+                let nr = if block_rows <= rows.end - r { block_rows } else { tile_rows.min(rows.end - r) };
                 let row = w.data.as_ptr().add(r * row_bytes);
                 if act.n_tokens == 1 {
                     // One token: one row per tile, each read once at memory's pace; the
@@ -395,23 +398,25 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                     let x = Acts::at(act, t);
                     let o = out.at(t * token_stride + r);
                     let (c, s) = (w.cols, (token_stride, &mut *ahead));
-                    t += match (nr, tokens.end - t) {
-                        (1, 1) => tile::<D, K, 1, 1, false>(row, row_bytes, c, &x, o, s, p),
-                        (1, 2) => tile::<D, K, 1, 2, false>(row, row_bytes, c, &x, o, s, p),
-                        (1, 3) => tile::<D, K, 1, 3, false>(row, row_bytes, c, &x, o, s, p),
-                        (1, _) => tile::<D, K, 1, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
-                        (2, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s, p),
-                        (2, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s, p),
-                        (2, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s, p),
-                        (2, _) => tile::<D, K, 2, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
-                        (3, 1) => tile::<D, K, 3, 1, false>(row, row_bytes, c, &x, o, s, p),
-                        (3, 2) => tile::<D, K, 3, 2, false>(row, row_bytes, c, &x, o, s, p),
-                        (3, 3) => tile::<D, K, 3, 3, false>(row, row_bytes, c, &x, o, s, p),
-                        (3, _) => tile::<D, K, 3, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, 1) => tile::<D, K, 4, 1, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, 2) => tile::<D, K, 4, 2, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, 3) => tile::<D, K, 4, 3, false>(row, row_bytes, c, &x, o, s, p),
-                        (_, _) => tile::<D, K, 4, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                    // (The 4-row tiles exist only for the ISAs that take them.)
+                    t += if D::FOUR_ROW_TILES && nr == 4 {
+                        match tokens.end - t {
+                            1 => tile::<D, K, 4, 1, false>(row, row_bytes, c, &x, o, s, p),
+                            2 => tile::<D, K, 4, 2, false>(row, row_bytes, c, &x, o, s, p),
+                            3 => tile::<D, K, 4, 3, false>(row, row_bytes, c, &x, o, s, p),
+                            _ => tile::<D, K, 4, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                        }
+                    } else {
+                        match (nr, tokens.end - t) {
+                            (1, 1) => tile::<D, K, 1, 1, false>(row, row_bytes, c, &x, o, s, p),
+                            (1, 2) => tile::<D, K, 1, 2, false>(row, row_bytes, c, &x, o, s, p),
+                            (1, 3) => tile::<D, K, 1, 3, false>(row, row_bytes, c, &x, o, s, p),
+                            (1, _) => tile::<D, K, 1, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                            (_, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s, p),
+                            (_, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s, p),
+                            (_, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s, p),
+                            (_, _) => tile::<D, K, 2, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                        }
                     };
                 }
                 r += nr;
