@@ -4,25 +4,12 @@
 //!
 //! `cargo run --release --example int8_speed [-- TOKENS]` (default 64 tokens).
 
-use std::time::Instant;
+mod common;
 
+use common::median_seconds;
 use reprolm::kernels::packed::{chunk_rows, pack_rows};
 use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, matmul_rows_int8, Activations, Isa, MatRef, Disjoint, QuantizedRows};
 use reprolm::tensor::GgmlType;
-
-/// Median seconds of `reps` runs of `f` (after one warm-up run).
-fn time(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
-}
 
 fn main() {
     let n_tokens: usize = std::env::args().nth(1).map_or(64, |s| s.parse().expect("TOKENS"));
@@ -45,7 +32,7 @@ fn main() {
         let mut q = QuantizedRows::default();
         let mut out = vec![0f32; n_tokens * rows];
         let o = Disjoint::new(&mut out);
-        let f32_time = time(41, || {
+        let f32_time = median_seconds(41, || {
             for t in 0..n_tokens {
                 group_sums(&x[t * cols..(t + 1) * cols], &mut gs[t * gl..(t + 1) * gl]);
             }
@@ -53,9 +40,9 @@ fn main() {
             // SAFETY: one thread: nothing else touches `out`.
             unsafe { matmul_rows(isa, &wf, &act, 0..rows, o, rows) };
         });
-        let quant_time = time(41, || q.quantize(isa, &x, cols, n_tokens));
+        let quant_time = median_seconds(41, || q.quantize(isa, &x, cols, n_tokens));
         // SAFETY: one thread: nothing else touches `out`.
-        let int8_time = time(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o, rows) });
+        let int8_time = median_seconds(41, || unsafe { matmul_rows_int8(isa, &wi, &q, 0..rows, o, rows) });
         let macs = (rows * cols * n_tokens) as f64;
         println!(
             "  {} {cols}x{rows} (cols x rows): float32 {:8.1} us ({:5.1} GMAC/s) | int8 kernel {:8.1} us ({:5.1} GMAC/s) + quantize {:6.1} us | speed-up {:.2}x ({:.2}x with quantize)",

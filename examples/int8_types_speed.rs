@@ -6,8 +6,9 @@
 //! tokens, every type, the best int8 ISA; TYPE filters by name, e.g. `Q6_K`; ISA is `avx512`,
 //! `avx2` or `scalar`).
 
-use std::time::Instant;
+mod common;
 
+use common::median_seconds;
 use reprolm::kernels::packed::{layout_row_bytes, pack_rows_in, Layout};
 use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef, QuantizedRows};
 use reprolm::tensor::GgmlType;
@@ -26,20 +27,6 @@ const TYPES: [(GgmlType, &[usize]); 7] = [
     (GgmlType::Q5_K, &[0, 2]),
     (GgmlType::Q6_K, &[208]),
 ];
-
-/// Median seconds of `reps` runs of `f` (after one warm-up run).
-fn time(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -73,7 +60,7 @@ fn main() {
         act.quantize(isa, &x, cols, n_tokens);
         // [token][row]
         let mut out = vec![0f32; n_tokens * rows];
-        let s = time(15, || {
+        let s = median_seconds(15, || {
             // SAFETY: no other thread touches `out`.
             unsafe { matmul_rows_int8(isa, &w, &act, 0..rows, Disjoint::new(&mut out), rows) }
         });
