@@ -196,9 +196,64 @@ pub fn q4k_scales_mins(h: &[u8; Q4K_HEADER]) -> ([u8; 8], [u8; 8]) {
     (bytes(sc), bytes(m))
 }
 
+/// [`q4k_scales_mins`] of the header at `h` and, if `both`, of the next one (zero if not), in
+/// one vector each: bytes `0..8` the first header's scales (or mins), `8..16` the second's.
+/// SSE2, which every x86-64 CPU has.
+///
+/// # Safety
+/// `h` must be valid for one header's bytes, or two if `both`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn q4k_scales_mins_x2(h: *const u8, both: bool) -> (std::arch::x86_64::__m128i, std::arch::x86_64::__m128i) {
+    use std::arch::x86_64::*;
+    // SAFETY: the reads are within the one or two headers at `h` (this function's
+    // precondition); SSE2 is part of x86-64.
+    unsafe {
+        let word = |b: usize, i: usize| std::ptr::read_unaligned::<u32>(h.add(Q4K_HEADER * b + 4 * i).cast());
+        // Header b's words `a` (bytes 4..8), `b` (8..12), `c` (12..16) as `q4k_scales_mins`
+        // reads them.
+        let [a1, b1, c1] = if both { [word(1, 1), word(1, 2), word(1, 3)] } else { [0; 3] };
+        let (a0, b0, c0) = (word(0, 1), word(0, 2), word(0, 3));
+        // Dwords [a_0, a_1, b_0, b_1] and [c_0, c_1, c_0 >> 4, c_1 >> 4]. Per byte: the low 6
+        // bits of `a` (`b`) are scales (mins) 0..4; scales (mins) 4..8 are the low (high)
+        // nibbles of `c` under bits 6..8 of `a` (`b`) moved to bits 4..6.
+        let ab = _mm_set_epi32(b1 as i32, b0 as i32, a1 as i32, a0 as i32);
+        let c = _mm_set_epi32((c1 >> 4) as i32, (c0 >> 4) as i32, c1 as i32, c0 as i32);
+        let low = _mm_and_si128(ab, _mm_set1_epi8(0x3F));
+        let high = _mm_or_si128(_mm_and_si128(c, _mm_set1_epi8(0x0F)), _mm_and_si128(_mm_srli_epi32(ab, 2), _mm_set1_epi8(0x30)));
+        // [scales 0..4, 4..8 of header 0, of header 1] and the same of the mins.
+        (_mm_unpacklo_epi32(low, high), _mm_unpackhi_epi32(low, high))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q4k_scales_mins_x2_is_q4k_scales_mins_of_each_header() {
+        let mut state = 0x9E3779B97F4A7C15u64;
+        for _ in 0..2000 {
+            let mut h = [0u8; 2 * Q4K_HEADER];
+            for b in &mut h {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = (state >> 32) as u8;
+            }
+            let bytes = |v: std::arch::x86_64::__m128i| unsafe { std::mem::transmute::<_, [u8; 16]>(v) };
+            let header = |b: usize| q4k_scales_mins(h[Q4K_HEADER * b..Q4K_HEADER * (b + 1)].try_into().unwrap());
+            for both in [false, true] {
+                // SAFETY: `h` holds two headers.
+                let (sc, m) = unsafe { q4k_scales_mins_x2(h.as_ptr(), both) };
+                let (sc, m) = (bytes(sc), bytes(m));
+                let second = if both { header(1) } else { ([0; 8], [0; 8]) };
+                assert_eq!((&sc[..8], &m[..8]), (&header(0).0[..], &header(0).1[..]));
+                assert_eq!((&sc[8..], &m[8..]), (&second.0[..], &second.1[..]));
+            }
+        }
+    }
 
     #[test]
     fn q4k_scales_mins_is_get_scale_min_k4() {

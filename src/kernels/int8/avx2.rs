@@ -4,7 +4,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind};
-use crate::kernels::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
+use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER, SUPER_GROUPS};
 use crate::kernels::lanes::{Avx2x2, Lanes16};
 use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use crate::kernels::{Disjoint, MatRef};
@@ -56,16 +56,6 @@ unsafe fn lanes256(p: *const u8, n: usize, h: usize) -> __m256i {
             _mm256_maskload_epi32(p.cast(), mask)
         }
     }
-}
-
-/// The 8 bytes `a` as f32 lanes.
-///
-/// # Safety
-/// The CPU must have AVX2.
-#[inline(always)]
-unsafe fn ints(a: [u8; 8]) -> __m256 {
-    // SAFETY: the CPU has AVX2 (this function's precondition).
-    unsafe { _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(u64::from_le_bytes(a) as i64))) }
 }
 
 /// The f16 at `p` in every lane.
@@ -212,13 +202,15 @@ impl IntLanes for Avx2I32 {
         // 16 bytes (the `IntLanes` contract).
         unsafe {
             let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+            let (sc, m) = q4k_scales_mins_x2(h, n == 16);
             let mut dw = [_mm256_setzero_ps(); 2];
             let mut mw = [_mm256_setzero_ps(); 2];
             for b in 0..n / SUPER_GROUPS {
+                // Header b's 8 bytes of each.
+                let (sc, m) = if b == 0 { (sc, m) } else { (_mm_srli_si128(sc, 8), _mm_srli_si128(m, 8)) };
                 let h = h.add(Q4K_HEADER * b);
-                let (sc, m) = q4k_scales_mins(&*h.cast::<[u8; Q4K_HEADER]>());
-                dw[b] = _mm256_mul_ps(splat_f16(h), ints(sc));
-                mw[b] = _mm256_xor_ps(_mm256_mul_ps(splat_f16(h.add(2)), ints(m)), sign);
+                dw[b] = _mm256_mul_ps(splat_f16(h), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
+                mw[b] = _mm256_xor_ps(_mm256_mul_ps(splat_f16(h.add(2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))), sign);
             }
             (Avx2x2(dw[0], dw[1]), Avx2x2(mw[0], mw[1]))
         }

@@ -4,7 +4,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind, PreparedChunk};
-use crate::kernels::kquant::{q4k_scales_mins, Q4K_HEADER};
+use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER};
 use crate::kernels::lanes::{Avx512, Lanes16};
 use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use crate::kernels::{Disjoint, MatRef};
@@ -106,16 +106,6 @@ unsafe fn spread8(v: __m128, a: i32, b: i32) -> __m512 {
     }
 }
 
-/// The 16 bytes `a` then `b` as f32 lanes.
-///
-/// # Safety
-/// The CPU must have AVX-512F.
-#[inline(always)]
-unsafe fn ints(a: [u8; 8], b: [u8; 8]) -> __m512 {
-    // SAFETY: the CPU has AVX-512F (this function's precondition).
-    unsafe { _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(u64::from_le_bytes(b) as i64, u64::from_le_bytes(a) as i64))) }
-}
-
 /// Lanes 8..16 zeroed unless the chunk has 16 groups (two super-blocks).
 ///
 /// # Safety
@@ -134,20 +124,21 @@ unsafe fn first_lanes(v: __m512, n: usize) -> __m512 {
 
 impl IntLanes for Vnni {
     type F = Avx512;
-    /// The trait's arithmetic in vectors: the 6-bit integers unpacked on 32-bit words, the
-    /// f16 scales by `vcvtph2ps`, the (exact) products, the sign flipped.
+    /// The trait's arithmetic in vectors: the 6-bit integers of both headers unpacked at once
+    /// ([`q4k_scales_mins_x2`]), the f16 scales by `vcvtph2ps`, the (exact) products, the sign
+    /// flipped.
     #[inline(always)]
     unsafe fn q4k_scales(h: *const u8, n: usize) -> (Avx512, Avx512) {
-        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `h` is valid for the bytes this
-        // method names (the `IntLanes` contract).
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `h` is valid for the `n / 8`
+        // headers (the `IntLanes` contract).
         unsafe {
             let word = std::ptr::read_unaligned::<u32>;
-            let (sc0, m0) = q4k_scales_mins(&*h.cast::<[u8; Q4K_HEADER]>());
-            let ((sc1, m1), dd1) = if n == 16 { (q4k_scales_mins(&*h.add(Q4K_HEADER).cast::<[u8; Q4K_HEADER]>()), word(h.add(Q4K_HEADER).cast())) } else { (([0; 8], [0; 8]), 0) };
+            let (sc, m) = q4k_scales_mins_x2(h, n == 16);
+            let dd1 = if n == 16 { word(h.add(Q4K_HEADER).cast()) } else { 0 };
             // [d_0, dmin_0, d_1, dmin_1]
             let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h.cast()) as i32));
-            let dw = _mm512_mul_ps(spread8(f, 0, 2), ints(sc0, sc1));
-            let dm = _mm512_mul_ps(spread8(f, 1, 3), ints(m0, m1));
+            let dw = _mm512_mul_ps(spread8(f, 0, 2), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+            let dm = _mm512_mul_ps(spread8(f, 1, 3), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
             let mw = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dm), _mm512_set1_epi32(i32::MIN)));
             (Avx512(first_lanes(dw, n)), Avx512(first_lanes(mw, n)))
         }
