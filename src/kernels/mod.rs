@@ -483,7 +483,7 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                     continue;
                 }
                 let next = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes);
+                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes, CacheLevel::L1);
                 let mut t = t_block;
                 while t < t_end {
                     let x = act.x.as_ptr().add(t * cols);
@@ -518,23 +518,36 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
 /// lines fetched much earlier would be pushed out of L1 by the activations first.
 pub(crate) const PREFETCH_ROWS: usize = 2;
 
-/// Asks for the cache lines of `p[..n]` (a hint: no effect on results). The lines need not
-/// be in an allocation: prefetching never faults.
+/// The cache a prefetch brings its lines into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CacheLevel {
+    L1,
+    L2,
+}
+
+/// Asks for the cache lines of `p[..n]` to be brought into `level` (a hint: no effect on
+/// results). The lines need not be in an allocation: prefetching never faults.
 #[inline(always)]
-pub(crate) fn prefetch(p: *const u8, n: usize) {
+pub(crate) fn prefetch(p: *const u8, n: usize, level: CacheLevel) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
         let mut off = 0;
         while off < n {
+            let line = p.wrapping_add(off).cast();
             // SAFETY: a prefetch reads nothing and never faults, whatever the address (hence
             // `wrapping_add`); SSE is part of x86_64.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast()) };
+            unsafe {
+                match level {
+                    CacheLevel::L1 => _mm_prefetch::<_MM_HINT_T0>(line),
+                    CacheLevel::L2 => _mm_prefetch::<_MM_HINT_T1>(line),
+                }
+            }
             off += 64;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, n);
+    let _ = (p, n, level);
 }
 
 /// Software prefetch a fixed distance ahead of a decode's walk through its weight rows.
@@ -544,8 +557,10 @@ pub(crate) fn prefetch(p: *const u8, n: usize) {
 /// page boundaries), so a thread would wait on memory and then compute, one after the other.
 /// The kernels call [`StreamAhead::advance`] with each piece of the rows they are about to
 /// read; it asks for the lines [`StreamAhead::DISTANCE`] bytes further on, a few at a time,
-/// so the memory system keeps loading while the kernel computes. A hint only: results never
-/// depend on it.
+/// so the memory system keeps loading while the kernel computes. The lines are asked into
+/// L2, not L1: a request for L1 holds one of the few L1 miss slots for the whole trip to
+/// memory, which the kernel's own loads (the activations, the lines it reads next, brought
+/// from L2 by the L1 prefetcher) then wait for. A hint only: results never depend on it.
 pub(crate) struct StreamAhead {
     /// The next byte to ask for.
     next: *const u8,
@@ -555,8 +570,8 @@ pub(crate) struct StreamAhead {
 
 impl StreamAhead {
     /// How far ahead of the reading position lines are asked for: more than one core's
-    /// loads in flight (about 100 ns of memory latency at 20-30 GB/s is 2-3 KiB), less than
-    /// L1 (32 KiB), so a line arrives before it is read and stays until then.
+    /// loads in flight (about 100 ns of memory latency at 20-30 GB/s is 2-3 KiB), far less
+    /// than L2 (1-2 MiB), so a line arrives before it is read and stays until then.
     pub(crate) const DISTANCE: usize = 8192;
 
     /// For a walk through `bytes` (a thread's consecutive rows), ahead of its first byte.
@@ -575,7 +590,7 @@ impl StreamAhead {
         let stop = (self.next as usize).min(self.end as usize);
         // Lines starting in [from, stop); the line holding `from - 1` was asked for before.
         let line = from.next_multiple_of(64);
-        prefetch(line as *const u8, stop.saturating_sub(line));
+        prefetch(line as *const u8, stop.saturating_sub(line), CacheLevel::L2);
     }
 
     /// [`StreamAhead::advance`] by piece `i` of `pieces` nearly equal pieces of `bytes` (the

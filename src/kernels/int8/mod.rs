@@ -77,7 +77,7 @@ use super::lanes::Lanes16;
 use super::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
 use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, Layout};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
-use super::{check_out, prefetch, Disjoint, Isa, MatRef, StreamAhead, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
+use super::{check_out, prefetch, CacheLevel, Disjoint, Isa, MatRef, StreamAhead, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
 /// Tokens per tile: a tile is up to 4 rows ([`IntLanes::FOUR_ROW_TILES`]) x `TILE_TOKENS` tokens.
@@ -383,7 +383,7 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                     continue;
                 }
                 let next = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes);
+                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes, CacheLevel::L1);
                 prepared.clear();
                 if prepare {
                     for i in 0..nr {
