@@ -472,39 +472,39 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                 if act.n_tokens == 1 {
                     // One token: each row is read once, at memory's pace; the tiles prefetch
                     // ahead of their walk ([`StreamAhead`]).
-                    let (x, gs, o, s) = (act.x.as_ptr(), act.gs.as_ptr(), out.at(r), (token_stride, &mut *ahead));
+                    let (x, gs, o, s) = (act.x.as_ptr(), act.gs.as_ptr(), out.at(r), (token_stride, Some(&mut *ahead)));
                     match nr {
-                        4 => tile::<L, W, 4, 1, true>(row, row_bytes, cols, x, gs, o, s),
-                        3 => tile::<L, W, 3, 1, true>(row, row_bytes, cols, x, gs, o, s),
-                        2 => tile::<L, W, 2, 1, true>(row, row_bytes, cols, x, gs, o, s),
-                        _ => tile::<L, W, 1, 1, true>(row, row_bytes, cols, x, gs, o, s),
+                        4 => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
+                        3 => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
+                        2 => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
+                        _ => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
                     };
                     r += nr;
                     continue;
                 }
-                let next = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes, CacheLevel::L1);
                 let mut t = t_block;
                 while t < t_end {
                     let x = act.x.as_ptr().add(t * cols);
                     let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
                     let o = out.at(t * token_stride + r);
-                    let s = (token_stride, &mut *ahead);
+                    // The block's first tile over these rows reads them from memory: it walks
+                    // the stream on; the others find them in the cache.
+                    let s = (token_stride, if t == t_block { Some(&mut *ahead) } else { None });
                     t += match (nr, t_end - t) {
                         // Only one token has 4-row tiles.
-                        (4, _) => tile::<L, W, 4, 1, false>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 1) => tile::<L, W, 3, 1, false>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 2) => tile::<L, W, 3, 2, false>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 3) => tile::<L, W, 3, 3, false>(row, row_bytes, cols, x, gs, o, s),
-                        (3, _) => tile::<L, W, 3, 4, false>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 1) => tile::<L, W, 1, 1, false>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 2) => tile::<L, W, 1, 2, false>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 3) => tile::<L, W, 1, 3, false>(row, row_bytes, cols, x, gs, o, s),
-                        (1, _) => tile::<L, W, 1, 4, false>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 1) => tile::<L, W, 2, 1, false>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 2) => tile::<L, W, 2, 2, false>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 3) => tile::<L, W, 2, 3, false>(row, row_bytes, cols, x, gs, o, s),
-                        (_, _) => tile::<L, W, 2, 4, false>(row, row_bytes, cols, x, gs, o, s),
+                        (4, _) => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 1) => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 2) => tile::<L, W, 3, 2>(row, row_bytes, cols, x, gs, o, s),
+                        (3, 3) => tile::<L, W, 3, 3>(row, row_bytes, cols, x, gs, o, s),
+                        (3, _) => tile::<L, W, 3, 4>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
+                        (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
+                        (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
+                        (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
+                        (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
                     };
                 }
                 r += nr;
@@ -513,46 +513,30 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
     }
 }
 
-/// Rows a prefill tile asks for ahead of itself ([`prefetch`]): a prefill reads each row
-/// tile for a whole token block, so the next rows need to arrive only one tile ahead, and
-/// lines fetched much earlier would be pushed out of L1 by the activations first.
-pub(crate) const PREFETCH_ROWS: usize = 2;
-
-/// The cache a prefetch brings its lines into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CacheLevel {
-    L1,
-    L2,
-}
-
-/// Asks for the cache lines of `p[..n]` to be brought into `level` (a hint: no effect on
-/// results). The lines need not be in an allocation: prefetching never faults.
+/// Asks for the cache lines of `p[..n]` to be brought into L2 (a hint: no effect on results).
+/// The lines need not be in an allocation: prefetching never faults.
 #[inline(always)]
-pub(crate) fn prefetch(p: *const u8, n: usize, level: CacheLevel) {
+fn prefetch_l2(p: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
         let mut off = 0;
         while off < n {
-            let line = p.wrapping_add(off).cast();
             // SAFETY: a prefetch reads nothing and never faults, whatever the address (hence
             // `wrapping_add`); SSE is part of x86_64.
-            unsafe {
-                match level {
-                    CacheLevel::L1 => _mm_prefetch::<_MM_HINT_T0>(line),
-                    CacheLevel::L2 => _mm_prefetch::<_MM_HINT_T1>(line),
-                }
-            }
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off).cast()) };
             off += 64;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, n, level);
+    let _ = (p, n);
 }
 
-/// Software prefetch a fixed distance ahead of a decode's walk through its weight rows.
+/// Software prefetch a fixed distance ahead of a thread's walk through its weight rows.
 ///
-/// A decode reads its rows once, front to back, and does some arithmetic on every line; the
+/// A matmul reads its rows from memory once, front to back (a token block's first tile over
+/// a row group; the block's other tiles find the rows in the cache), and does some arithmetic
+/// on every line; the
 /// hardware prefetchers alone keep too few lines in flight for that pace (and stop at 4 KiB
 /// page boundaries), so a thread would wait on memory and then compute, one after the other.
 /// The kernels call [`StreamAhead::advance`] with each piece of the rows they are about to
@@ -590,7 +574,7 @@ impl StreamAhead {
         let stop = (self.next as usize).min(self.end as usize);
         // Lines starting in [from, stop); the line holding `from - 1` was asked for before.
         let line = from.next_multiple_of(64);
-        prefetch(line as *const u8, stop.saturating_sub(line), CacheLevel::L2);
+        prefetch_l2(line as *const u8, stop.saturating_sub(line));
     }
 
     /// [`StreamAhead::advance`] by piece `i` of `pieces` nearly equal pieces of `bytes` (the
@@ -626,17 +610,17 @@ pub(crate) unsafe fn f16_chunk<L: Lanes16>(p: *const u8, n: usize) -> L {
 /// `row` must point at `NR` rows of `cols` values in `W`'s layout, `row_bytes` apart; `x` at
 /// `NT` tokens of `cols` f32; `gs` (if `W::OFFSET`) at their group sums, `group_sums_len(cols)`
 /// per token; `out` be valid for `NR` outputs of each of `NT` tokens, `out_stride` apart, which
-/// no other thread touches during the call. The CPU must have `L`'s ISA. With `STREAM`, the
-/// tile advances `ahead` over its rows as it reads them.
+/// no other thread touches during the call. The CPU must have `L`'s ISA. With a stream
+/// (`ahead`), the tile advances it over its rows as it reads them.
 #[inline(always)]
-unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize, const STREAM: bool>(
+unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
     row: *const u8,
     row_bytes: usize,
     cols: usize,
     x: *const f32,
     gs: *const f32,
     out: *mut f32,
-    (out_stride, ahead): (usize, &mut StreamAhead),
+    (out_stride, mut ahead): (usize, Option<&mut StreamAhead>),
 ) -> usize {
     // SAFETY: `row`, `x`, `gs` and `out` cover the rows, tokens, group sums and outputs this
     // reads and writes (this function's precondition), and the CPU has `L`'s ISA.
@@ -658,8 +642,8 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize, con
         let chunks = groups.div_ceil(16);
         for chunk in (0..groups).step_by(16) {
             let n = (groups - chunk).min(16);
-            if STREAM {
-                ahead.advance_piece(NR * row_bytes, chunks, chunk / 16);
+            if let Some(a) = ahead.as_deref_mut() {
+                a.advance_piece(NR * row_bytes, chunks, chunk / 16);
             }
             if W::SCALED {
                 for r in 0..NR {

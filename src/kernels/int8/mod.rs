@@ -77,7 +77,7 @@ use super::lanes::Lanes16;
 use super::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
 use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, Layout};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
-use super::{check_out, prefetch, CacheLevel, Disjoint, Isa, MatRef, StreamAhead, GROUP, PREFETCH_ROWS, TOKEN_BLOCK};
+use super::{check_out, Disjoint, Isa, MatRef, StreamAhead, GROUP, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
 /// Tokens per tile: a tile is up to 4 rows ([`IntLanes::FOUR_ROW_TILES`]) x `TILE_TOKENS` tokens.
@@ -378,12 +378,10 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                 if act.n_tokens == 1 {
                     // One token: one row per tile, each read once at memory's pace; the
                     // tiles prefetch ahead of their walk ([`StreamAhead`]).
-                    tile::<D, K, 1, 1, true>(row, row_bytes, w.cols, &Acts::at(act, 0), out.at(r), (token_stride, &mut *ahead), &[]);
+                    tile::<D, K, 1, 1>(row, row_bytes, w.cols, &Acts::at(act, 0), out.at(r), (token_stride, Some(&mut *ahead)), &[]);
                     r += 1;
                     continue;
                 }
-                let next = (r + nr + PREFETCH_ROWS).min(rows.end).saturating_sub(r + PREFETCH_ROWS);
-                prefetch(row.wrapping_add(PREFETCH_ROWS * row_bytes), next * row_bytes, CacheLevel::L1);
                 prepared.clear();
                 if prepare {
                     for i in 0..nr {
@@ -397,25 +395,28 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                 while t < tokens.end {
                     let x = Acts::at(act, t);
                     let o = out.at(t * token_stride + r);
-                    let (c, s) = (w.cols, (token_stride, &mut *ahead));
+                    // The block's first tile over these rows reads them from memory: it walks
+                    // the stream on; the others find them in the cache.
+                    let stream = if t == tokens.start { Some(&mut *ahead) } else { None };
+                    let (c, s) = (w.cols, (token_stride, stream));
                     // (The 4-row tiles exist only for the ISAs that take them.)
                     t += if D::FOUR_ROW_TILES && nr == 4 {
                         match tokens.end - t {
-                            1 => tile::<D, K, 4, 1, false>(row, row_bytes, c, &x, o, s, p),
-                            2 => tile::<D, K, 4, 2, false>(row, row_bytes, c, &x, o, s, p),
-                            3 => tile::<D, K, 4, 3, false>(row, row_bytes, c, &x, o, s, p),
-                            _ => tile::<D, K, 4, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                            1 => tile::<D, K, 4, 1>(row, row_bytes, c, &x, o, s, p),
+                            2 => tile::<D, K, 4, 2>(row, row_bytes, c, &x, o, s, p),
+                            3 => tile::<D, K, 4, 3>(row, row_bytes, c, &x, o, s, p),
+                            _ => tile::<D, K, 4, TILE_TOKENS>(row, row_bytes, c, &x, o, s, p),
                         }
                     } else {
                         match (nr, tokens.end - t) {
-                            (1, 1) => tile::<D, K, 1, 1, false>(row, row_bytes, c, &x, o, s, p),
-                            (1, 2) => tile::<D, K, 1, 2, false>(row, row_bytes, c, &x, o, s, p),
-                            (1, 3) => tile::<D, K, 1, 3, false>(row, row_bytes, c, &x, o, s, p),
-                            (1, _) => tile::<D, K, 1, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
-                            (_, 1) => tile::<D, K, 2, 1, false>(row, row_bytes, c, &x, o, s, p),
-                            (_, 2) => tile::<D, K, 2, 2, false>(row, row_bytes, c, &x, o, s, p),
-                            (_, 3) => tile::<D, K, 2, 3, false>(row, row_bytes, c, &x, o, s, p),
-                            (_, _) => tile::<D, K, 2, TILE_TOKENS, false>(row, row_bytes, c, &x, o, s, p),
+                            (1, 1) => tile::<D, K, 1, 1>(row, row_bytes, c, &x, o, s, p),
+                            (1, 2) => tile::<D, K, 1, 2>(row, row_bytes, c, &x, o, s, p),
+                            (1, 3) => tile::<D, K, 1, 3>(row, row_bytes, c, &x, o, s, p),
+                            (1, _) => tile::<D, K, 1, TILE_TOKENS>(row, row_bytes, c, &x, o, s, p),
+                            (_, 1) => tile::<D, K, 2, 1>(row, row_bytes, c, &x, o, s, p),
+                            (_, 2) => tile::<D, K, 2, 2>(row, row_bytes, c, &x, o, s, p),
+                            (_, 3) => tile::<D, K, 2, 3>(row, row_bytes, c, &x, o, s, p),
+                            (_, _) => tile::<D, K, 2, TILE_TOKENS>(row, row_bytes, c, &x, o, s, p),
                         }
                     };
                 }
@@ -472,16 +473,16 @@ impl Acts {
 /// `row` must point at `NR` packed rows of `cols` values in `K`'s layout, `row_bytes` apart;
 /// `x` at `NT` tokens of activations of `cols` values; `out` be valid for `NR` outputs of each
 /// of `NT` tokens, `out_stride` apart, which no other thread touches during the call. The CPU
-/// must have `D`'s ISA. With `STREAM`, the tile advances `ahead` over its rows as it reads
-/// them. `prepared`: empty, or the rows' wide chunks prepared (`[NR][wide chunks]`).
+/// must have `D`'s ISA. With a stream (`ahead`), the tile advances it over its rows as it
+/// reads them. `prepared`: empty, or the rows' wide chunks prepared (`[NR][wide chunks]`).
 #[inline(always)]
-unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize, const STREAM: bool>(
+unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     row: *const u8,
     row_bytes: usize,
     cols: usize,
     x: &Acts,
     out: *mut f32,
-    (out_stride, ahead): (usize, &mut StreamAhead),
+    (out_stride, mut ahead): (usize, Option<&mut StreamAhead>),
     prepared: &[PreparedChunk<D, K>],
 ) -> usize {
     // SAFETY: `row`, `x` and `out` cover the rows, tokens and outputs this reads and writes:
@@ -495,8 +496,8 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize, const STR
         let (wide, n) = (wide_chunks(cols), narrow_groups(cols));
         let pieces = wide + usize::from(n > 0);
         for c in 0..wide {
-            if STREAM {
-                ahead.advance_piece(NR * row_bytes, pieces, c);
+            if let Some(a) = ahead.as_deref_mut() {
+                a.advance_piece(NR * row_bytes, pieces, c);
             }
             if prepared.is_empty() {
                 D::wide_chunk::<K, NR, NT>(&rows, &d_ptr, groups, c, x, &mut acc);
@@ -506,8 +507,8 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize, const STR
             }
         }
         if n > 0 {
-            if STREAM {
-                ahead.advance_piece(NR * row_bytes, pieces, wide);
+            if let Some(a) = ahead.as_deref_mut() {
+                a.advance_piece(NR * row_bytes, pieces, wide);
             }
             let g0 = groups - n;
             let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
