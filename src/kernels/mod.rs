@@ -536,9 +536,9 @@ fn prefetch_l2(p: *const u8, n: usize) {
 ///
 /// A matmul reads its rows from memory once, front to back (a token block's first tile over
 /// a row group; the block's other tiles find the rows in the cache), and does some arithmetic
-/// on every line; the
-/// hardware prefetchers alone keep too few lines in flight for that pace (and stop at 4 KiB
-/// page boundaries), so a thread would wait on memory and then compute, one after the other.
+/// on every line; the hardware prefetchers alone keep too few lines in flight for that pace
+/// (and stop at 4 KiB page boundaries), so a thread would wait on memory and then compute,
+/// one after the other.
 /// The kernels call [`StreamAhead::advance`] with each piece of the rows they are about to
 /// read; it asks for the lines [`StreamAhead::DISTANCE`] bytes further on, a few at a time,
 /// so the memory system keeps loading while the kernel computes. The lines are asked into
