@@ -357,56 +357,76 @@ def plot_concurrency(chosen: dict[str, list[Record]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _model_label(model: str) -> str:
+    """A file name shortened to its model and type: ``llama-1b-...-s0.Q4_K_M.gguf`` is
+    ``llama-1b Q4_K_M``, ``gemma-3-270m-q4_k_m.gguf`` is ``gemma-3-270m Q4_K_M``."""
+    stem = model.removesuffix(".gguf")
+    m = re.match(r"(.+?)[.-]((?:q|Q)\d\w*|[fF]16|[fF]32|BF16)$", stem)
+    name, qtype = (m.group(1), m.group(2).upper()) if m else (stem, "")
+    name = re.sub(r"-smollm2-135m-instruct-s\d+$|-Instruct$", "", name)
+    return f"{name} {qtype}".strip()
+
+
+def _cpu_label(record: Record) -> str:
+    return record.get("simd") or "SIMD not recorded"
+
+
 def plot_model_size(chosen: dict[str, list[Record]], path: Path) -> Path:
-    """Prefill and decode tokens/s against the model file's size, float32 precision, at each
-    record's largest thread count: reprolm beside llama.cpp."""
+    """Prefill and decode tokens/s at int8 against the model file's size, at each record's
+    largest thread count: reprolm beside llama.cpp, one series per engine and SIMD level, so
+    an AVX2 machine's points are not joined to an AVX-512 machine's (two machines of one SIMD
+    level share a series)."""
     fig, (prefill, decode) = _figure(2)
-    points: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    points: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     for record in chosen.get("compare_llamacpp", []):
         r = record["results"]
-        if r["precision"] != "float32":
+        if r["precision"] != "int8":
             continue
         widest = max(r["by_threads"], key=lambda t: t["threads"])
         for engine, m in widest["medians"].items():
             for metric in ("prefill tok/s", "decode tok/s"):
-                points.setdefault((engine, metric), []).append((r["model_bytes"] / 1e6, m[metric]))
-    for (engine, metric), xy in sorted(points.items()):
+                key = (engine, _cpu_label(record), metric)
+                points.setdefault(key, []).append((r["model_bytes"] / 1e6, m[metric]))
+    cpus = sorted({cpu for _, cpu, _ in points})
+    colors = {cpu: f"C{i}" for i, cpu in enumerate(cpus)}
+    for (engine, cpu, metric), xy in sorted(points.items()):
         xy.sort()
         ax = prefill if metric.startswith("prefill") else decode
-        ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=engine,
-                linestyle="-" if engine == "reprolm" else "--")
+        ax.plot([x for x, _ in xy], [y for _, y in xy], color=colors[cpu], label=f"{engine}, {cpu}",
+                marker="o" if engine == "reprolm" else "s", linestyle="-" if engine == "reprolm" else "--")
     for ax, title in ((prefill, "Prefill"), (decode, "Decode")):
-        ax.set(xlabel="model file (MB)", ylabel="tokens/s", title=f"{title} (float32)")
-        ax.grid(alpha=0.3)
+        ax.set(xscale="log", yscale="log", xlabel="model file (MB)", ylabel="tokens/s",
+               title=f"{title} (int8, most threads of the run)")
+        ax.grid(alpha=0.3, which="both")
         if ax.get_lines():
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7)
     return _save(fig, path)
 
 
 def plot_llamacpp_ratio(chosen: dict[str, list[Record]], path: Path) -> Path:
-    """reprolm's speed over llama.cpp's (1 = as fast) for each model, precision and thread
-    count."""
-    fig, (ax,) = _figure(1)
-    fig.set_size_inches(8.5, 3.8)
-    labels, prefill, decode = [], [], []
+    """reprolm's speed over llama.cpp's (1 = as fast) for each model, precision, thread count
+    and SIMD level: one labelled row each."""
+    rows: list[tuple[str, float, float]] = []
     for record in chosen.get("compare_llamacpp", []):
         r = record["results"]
-        for t in r["by_threads"]:
+        for t in sorted(r["by_threads"], key=lambda t: -t["threads"]):
             if "llama.cpp" in t["reprolm_over"]:
                 ratio = t["reprolm_over"]["llama.cpp"]
-                model = re.split(r"[.]|-q\d|-Instruct", record["model"])[0]
-                labels.append(f"{model}\n{r['precision']}\n{t['threads']} thread{'s' if t['threads'] > 1 else ''}")
-                prefill.append(ratio["prefill tok/s"])
-                decode.append(ratio["decode tok/s"])
-    xs = list(range(len(labels)))
-    ax.bar([x - 0.2 for x in xs], prefill, width=0.4, label="prefill")
-    ax.bar([x + 0.2 for x in xs], decode, width=0.4, label="decode")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(xs, labels, fontsize=7)
-    ax.set(ylabel="reprolm / llama.cpp", title="Speed beside llama.cpp (same file, same threads)")
-    ax.grid(alpha=0.3, axis="y")
-    if labels:
-        ax.legend(fontsize=8)
+                threads = f"{t['threads']} thread{'s' if t['threads'] > 1 else ''}"
+                label = f"{_model_label(record['model'])}, {r['precision']}, {threads}, {_cpu_label(record)}"
+                rows.append((label, ratio["prefill tok/s"], ratio["decode tok/s"]))
+    fig, (ax,) = _figure(1)
+    fig.set_size_inches(8.5, 1.2 + 0.28 * max(len(rows), 1))
+    ys = list(range(len(rows)))[::-1]
+    ax.barh([y + 0.2 for y in ys], [p for _, p, _ in rows], height=0.4, label="prefill")
+    ax.barh([y - 0.2 for y in ys], [d for _, _, d in rows], height=0.4, label="decode")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(ys, [label for label, _, _ in rows], fontsize=7)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set(xlabel="reprolm / llama.cpp (above 1: faster)", title="Speed beside llama.cpp (same file, same threads)")
+    ax.grid(alpha=0.3, axis="x")
+    if rows:
+        ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
 
 
