@@ -7,7 +7,7 @@
 mod common;
 
 use common::median_seconds;
-use reprolm::kernels::packed::{chunk_rows, pack_rows};
+use reprolm::kernels::packed::{pack_rows, pack_rows_in, Layout};
 use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, matmul_rows_int8, Activations, Isa, MatRef, Disjoint, QuantizedRows};
 use reprolm::tensor::GgmlType;
 
@@ -23,8 +23,8 @@ fn main() {
         // Small finite f16 scales and offsets: every 2nd byte below 0x3C.
         let ggml: Vec<u8> = (0..n).map(|i| if i % 2 == 1 { (i % 0x3C) as u8 } else { (i * 7 % 251) as u8 }).collect();
         let grouped = pack_rows(ty, cols, &ggml);
-        let mut chunked = grouped.clone();
-        chunk_rows(ty, cols, &mut chunked);
+        let mut chunked = vec![0u8; grouped.len()];
+        pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut chunked);
         let (wf, wi) = (MatRef { ty, rows, cols, data: &grouped }, MatRef { ty, rows, cols, data: &chunked });
         let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
         let gl = group_sums_len(cols);

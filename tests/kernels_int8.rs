@@ -7,7 +7,7 @@ use crate::common;
 use common::int8::{int8_isas, random_acts, run};
 use common::Rng;
 
-use reprolm::kernels::packed::{chunk_rows, pack_rows, packed_row_bytes};
+use reprolm::kernels::packed::{pack_rows, pack_rows_in, packed_row_bytes, Layout};
 use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
 use reprolm::kernels::{Isa, MatRef};
 use reprolm::tensor::{GgmlType, KernelGroup};
@@ -75,8 +75,8 @@ fn int8_paths_agree_bitwise_and_with_float64() {
         for &(rows, cols) in &SHAPES {
             let ggml = random_matrix(&mut rng, ty, rows, cols);
             let grouped = pack_rows(ty, cols, &ggml);
-            let mut chunked = grouped.clone();
-            chunk_rows(ty, cols, &mut chunked);
+            let mut chunked = vec![0u8; grouped.len()];
+            pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut chunked);
             let m = MatRef { ty, rows, cols, data: &chunked };
             let rb = packed_row_bytes(ty, cols);
             let decoded: Vec<_> = (0..rows).map(|r| decode_row(ty, &grouped[r * rb..(r + 1) * rb], cols)).collect();

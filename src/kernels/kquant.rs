@@ -55,25 +55,21 @@ pub fn code_bytes(ty: GgmlType) -> usize {
 
 /// Packs whole ggml rows of `cols` values into the int8 layout (`out`: as many bytes).
 ///
-/// Byte shuffles straight from ggml's blocks (their value order: [`group_code_bytes`]); the
-/// scales and headers are copied as they are.
+/// The code words of each super-block come from ggml's fields four bytes at a time
+/// ([`super_block_words`]) and are stored word by word across the chunk's groups; the scales
+/// and headers are copied as they are.
 pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {
     let row_bytes = ty.row_bytes(cols);
     assert!(cols.is_multiple_of(256) && ggml.len().is_multiple_of(row_bytes) && out.len() == ggml.len());
-    let (groups, cb) = (cols / QK, code_bytes(ty));
+    let (groups, cb, block_bytes) = (cols / QK, code_bytes(ty), ty.block_bytes());
     for (src, dst) in ggml.chunks_exact(row_bytes).zip(out.chunks_exact_mut(row_bytes)) {
         let (codes, scales) = dst.split_at_mut(groups * cb);
-        // Chunks of 16 groups (two super-blocks; a row's last chunk may be one): word `j` of
-        // the chunk's group `l` at `4 (j n + l)`.
-        for (chunk, (blocks, out)) in src.chunks(2 * ty.block_bytes()).zip(codes.chunks_mut(16 * cb)).enumerate() {
-            let n = out.len() / cb;
-            for (half, block) in blocks.chunks_exact(ty.block_bytes()).enumerate() {
-                for k in 0..SUPER_GROUPS {
-                    let (l, bytes) = (SUPER_GROUPS * half + k, group_code_bytes(ty, block, k));
-                    for j in 0..cb / 4 {
-                        out[4 * (j * n + l)..][..4].copy_from_slice(&bytes[4 * j..4 * j + 4]);
-                    }
-                }
+        // Chunks of 16 groups (two super-blocks; a row's last chunk may be one).
+        for (chunk, (blocks, out)) in src.chunks(2 * block_bytes).zip(codes.chunks_mut(16 * cb)).enumerate() {
+            // [group l][word j]
+            let mut words = [[0u32; 6]; 16];
+            for (half, (block, words)) in blocks.chunks_exact(block_bytes).zip(words.chunks_exact_mut(SUPER_GROUPS)).enumerate() {
+                super_block_words(ty, block, words);
                 let s = 2 * chunk + half;
                 match ty {
                     GgmlType::Q4_K | GgmlType::Q5_K => scales[Q4K_HEADER * s..Q4K_HEADER * (s + 1)].copy_from_slice(&block[..Q4K_HEADER]),
@@ -85,12 +81,21 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {
                     _ => unreachable!("not a K-quant int8 type"),
                 }
             }
+            // Word `j` of the chunk's group `l` at `4 (j n + l)`: the chunk's words in order.
+            let n = out.len() / cb;
+            let mut at = out.chunks_exact_mut(4);
+            for j in 0..cb / 4 {
+                for group in &words[..n] {
+                    at.next().expect("a chunk holds n words per code word").copy_from_slice(&group[j].to_le_bytes());
+                }
+            }
         }
     }
 }
 
-/// The code bytes of group `k` (values `32k..32k + 32`) of a ggml super-block in the int8
-/// layout (grouped order; module docs), from ggml's fields:
+/// The code words of the 8 groups of a ggml super-block in the int8 layout (grouped order,
+/// module docs): `words[k][j]` holds code bytes `4j..4j + 4` of group `k` (values
+/// `32k..32k + 32`), little-endian, from ggml's fields:
 ///
 /// - Q4_K `{d, dmin, scales[12], qs[128]}`: value `l` of group `k` is nibble `k % 2` of
 ///   `qs[32 (k / 2) + l]`;
@@ -99,41 +104,96 @@ pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {
 /// - Q6_K `{ql[128], qh[64], scales[16], d}`: with `k = 4n + t`, the low 4 bits are nibble
 ///   `t / 2` of `ql[64n + 32 (t % 2) + l]` and bits 4..6 are bits `2t..2t + 2` of
 ///   `qh[32n + l]` (`u = q + 32`, as stored).
+///
+/// Eight bytes at a time: the shifts and masks keep every bit in its byte.
 #[inline(always)]
-fn group_code_bytes(ty: GgmlType, block: &[u8], k: usize) -> [u8; 24] {
-    let mut out = [0u8; 24];
-    let (low, high): (&[u8], Option<(&[u8], u32)>) = match ty {
-        GgmlType::Q4_K => (&block[16 + 32 * (k / 2)..][..32], None),
-        GgmlType::Q5_K => (&block[48 + 32 * (k / 2)..][..32], Some((&block[16..48], k as u32))),
+fn super_block_words(ty: GgmlType, block: &[u8], words: &mut [[u32; 6]]) {
+    const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    let u64_at = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"));
+    // Code bytes 0..16 of a group: byte i is one nibble of `low[i]` under the same nibble of
+    // `low[16 + i]`, for 32 bytes `low`. Words `j, j + 1` of the group of low nibbles and
+    // of the group of high nibbles of the 32 bytes at `at`.
+    let nibble_words = |at: usize, j: usize| {
+        let (a, b) = (u64_at(at + 4 * j), u64_at(at + 16 + 4 * j));
+        ((a & LOW) | ((b & LOW) << 4), ((a >> 4) & LOW) | (b & !LOW))
+    };
+    let mut set = |k: usize, j: usize, pair: u64| {
+        words[k][j] = pair as u32;
+        words[k][j + 1] = (pair >> 32) as u32;
+    };
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let qs = if ty == GgmlType::Q4_K { 16 } else { 48 };
+            for p in 0..4 {
+                for j in [0, 2] {
+                    let (lo, hi) = nibble_words(qs + 32 * p, j);
+                    set(2 * p, j, lo);
+                    set(2 * p + 1, j, hi);
+                }
+            }
+        }
         GgmlType::Q6_K => {
-            let (n, t) = (k / 4, k % 4);
-            (&block[64 * n + 32 * (t % 2)..][..32], Some((&block[128 + 32 * n..][..32], 2 * t as u32)))
+            for n in 0..2 {
+                for j in [0, 2] {
+                    for half in 0..2 {
+                        // Groups t = half (low nibbles) and t = half + 2 (high nibbles).
+                        let (lo, hi) = nibble_words(64 * n + 32 * half, j);
+                        set(4 * n + half, j, lo);
+                        set(4 * n + half + 2, j, hi);
+                    }
+                }
+            }
         }
         _ => unreachable!("not a K-quant int8 type"),
-    };
-    let nibble_shift = match ty {
-        GgmlType::Q6_K => 4 * ((k % 4) / 2),
-        _ => 4 * (k % 2),
-    };
-    for i in 0..16 {
-        out[i] = ((low[i] >> nibble_shift) & 0x0F) | (((low[16 + i] >> nibble_shift) & 0x0F) << 4);
     }
-    // Four code bytes at once: byte b of qh word m is qh[4m + b].
-    let word = |qh: &[u8], m: usize| u32::from_le_bytes([qh[4 * m], qh[4 * m + 1], qh[4 * m + 2], qh[4 * m + 3]]);
-    match (ty, high) {
-        (GgmlType::Q5_K, Some((qh, bit))) => {
-            let bits = (0..8).fold(0u32, |acc, m| acc | (((word(qh, m) >> bit) & 0x0101_0101) << m));
-            out[16..20].copy_from_slice(&bits.to_le_bytes());
+    match ty {
+        GgmlType::Q5_K => {
+            // Bit m of byte b of group k's word 4 is bit k of qh[4m + b].
+            let mut x: [u32; 8] = std::array::from_fn(|m| u32_at(16 + 4 * m));
+            transpose_byte_fields(&mut x);
+            for (w, x) in words.iter_mut().zip(x) {
+                w[4] = x;
+            }
         }
-        (GgmlType::Q6_K, Some((qh, shift))) => {
-            for h in 0..2 {
-                let bits = (0..4).fold(0u32, |acc, m| acc | (((word(qh, 4 * h + m) >> shift) & 0x0303_0303) << (2 * m)));
-                out[16 + 4 * h..20 + 4 * h].copy_from_slice(&bits.to_le_bytes());
+        GgmlType::Q6_K => {
+            // Bits 2m..2m + 2 of byte b of group 4n + t's word 4 + h are bits 2t..2t + 2 of
+            // qh[32n + 16h + 4m + b].
+            for n in 0..2 {
+                for h in 0..2 {
+                    let mut x: [u32; 4] = std::array::from_fn(|m| u32_at(128 + 32 * n + 16 * h + 4 * m));
+                    transpose_byte_fields(&mut x);
+                    for (t, x) in x.into_iter().enumerate() {
+                        words[4 * n + t][4 + h] = x;
+                    }
+                }
             }
         }
         _ => {}
     }
-    out
+}
+
+/// Transposes, in every byte, the `N x N` matrix of `8 / N`-bit fields whose row `m` is
+/// `x[m]` (`N` = 4 or 8): afterwards field `m` of `x[t]` is what field `t` of `x[m]` was. Swaps
+/// the off-diagonal halves of blocks of fields, from single fields up to half-bytes.
+#[inline(always)]
+fn transpose_byte_fields<const N: usize>(x: &mut [u32; N]) {
+    let width = 8 / N as u32;
+    let mut w = width;
+    while w < 8 {
+        let d = (w / width) as usize;
+        let mask = match w {
+            1 => 0x5555_5555,
+            2 => 0x3333_3333,
+            _ => 0x0F0F_0F0F,
+        };
+        for m in (0..N).filter(|m| m & d == 0) {
+            let a = ((x[m] >> w) ^ x[m + d]) & mask;
+            x[m + d] ^= a;
+            x[m] ^= a << w;
+        }
+        w *= 2;
+    }
 }
 
 /// Group `g` of a row (`groups` groups) in the int8 layout, decoded: ggml's values by

@@ -80,18 +80,19 @@ pub fn layout_row_bytes(ty: GgmlType, layout: Layout, cols: usize) -> usize {
 }
 
 /// Whole ggml rows (`ggml.len()` a multiple of the row size) packed in `layout` into `out`
-/// (exactly the packed size of those rows, [`layout_row_bytes`]): [`pack_rows_into`], then
-/// [`chunk_rows`] for the chunked layout; the types of [`has_own_int8_layout`] go to their
-/// chunked layout directly.
+/// (exactly the packed size of those rows, [`layout_row_bytes`]): [`pack_rows_into`] for the
+/// grouped layout; each type's chunked layout straight from ggml's blocks.
 pub fn pack_rows_in(ty: GgmlType, layout: Layout, cols: usize, ggml: &[u8], out: &mut [u8]) {
     match layout {
         Layout::Chunked if is_kquant_int8(ty) => super::kquant::pack_rows(ty, cols, ggml, out),
         Layout::Chunked if matches!(ty, GgmlType::Q3_K | GgmlType::Q2_K) => super::kquant_low::pack_rows(ty, cols, ggml, out),
         Layout::Chunked if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) => super::q5::pack_rows(ty, cols, ggml, out),
-        Layout::Chunked => {
-            pack_rows_into(ty, cols, ggml, out);
-            chunk_rows(ty, cols, out);
-        }
+        Layout::Chunked => match ty {
+            GgmlType::Q8_0 => chunk_blocks(as_blocks::<BlockQ8_0>(ggml), cols, packed_row_bytes(ty, cols), out, |b| (bytemuck_i8(&b.qs), b.d, None)),
+            GgmlType::Q4_0 => chunk_blocks(as_blocks::<BlockQ4_0>(ggml), cols, packed_row_bytes(ty, cols), out, |b| (&b.qs[..], b.d, None)),
+            GgmlType::Q4_1 => chunk_blocks(as_blocks::<BlockQ4_1>(ggml), cols, packed_row_bytes(ty, cols), out, |b| (&b.qs[..], b.d, Some(b.m))),
+            _ => panic!("{} has no int8 layout", ty.name()),
+        },
         Layout::Grouped => pack_rows_into(ty, cols, ggml, out),
     }
 }
@@ -295,23 +296,41 @@ pub fn code_bytes(ty: GgmlType) -> usize {
     }
 }
 
-/// Reorders the codes of whole packed rows (grouped layout) into the chunked layout, in place.
-pub fn chunk_rows(ty: GgmlType, cols: usize, packed: &mut [u8]) {
-    let row_bytes = packed_row_bytes(ty, cols);
-    assert!(is_int8_packable(ty) && !has_own_int8_layout(ty) && packed.len().is_multiple_of(row_bytes));
-    let (groups, cb) = (cols / QK, code_bytes(ty));
-    let mut grouped = vec![0u8; groups * cb];
-    for row in packed.chunks_exact_mut(row_bytes) {
-        grouped.copy_from_slice(&row[..groups * cb]);
-        for (c, chunk) in grouped.chunks(CHUNK * cb).enumerate() {
-            let (n, base) = (chunk.len() / cb, c * CHUNK * cb);
-            for (l, group) in chunk.chunks_exact(cb).enumerate() {
-                // Every layout keeps runs of 4 code bytes (one i32 lane) together; a wide
-                // chunk's word `j` of group `l` is at `4 (j n + l)`.
-                for (j, word) in group.chunks_exact(4).enumerate() {
-                    let at = if n > NARROW_MAX { base + 4 * (j * n + l) } else { chunked_code_offset(cb, groups, c * CHUNK + l, 4 * j) };
-                    row[at..at + 4].copy_from_slice(word);
+/// Whole rows of ggml blocks of 32 values (Q8_0, Q4_0, Q4_1; `parts`: a block's codes, f16 d
+/// and f16 m) in the chunked layout (rows of `row_bytes`): each block's code words moved straight to their place in
+/// the chunk, the scales (and offsets) after the codes as in the grouped layout.
+fn chunk_blocks<B>(blocks: &[B], cols: usize, row_bytes: usize, out: &mut [u8], parts: impl Fn(&B) -> (&[u8], [u8; 2], Option<[u8; 2]>)) {
+    let groups = cols / QK;
+    assert!(blocks.len().is_multiple_of(groups) && out.len() == blocks.len() / groups * row_bytes);
+    let Some(first) = blocks.first() else { return };
+    let cb = parts(first).0.len();
+    for (row, dst) in blocks.chunks_exact(groups).zip(out.chunks_exact_mut(row_bytes)) {
+        let (codes, scales) = dst.split_at_mut(groups * cb);
+        for (c, (chunk, out)) in row.chunks(CHUNK).zip(codes.chunks_mut(CHUNK * cb)).enumerate() {
+            if chunk.len() > NARROW_MAX {
+                // Word `j` of group `l` at `4 (j n + l)`: the chunk's words in order.
+                let mut at = out.chunks_exact_mut(4);
+                for j in 0..cb / 4 {
+                    for b in chunk {
+                        at.next().expect("a chunk holds n words per code word").copy_from_slice(&parts(b).0[4 * j..4 * j + 4]);
+                    }
                 }
+            } else {
+                for (l, b) in chunk.iter().enumerate() {
+                    // Every layout keeps runs of 4 code bytes (one i32 lane) together.
+                    for (j, word) in parts(b).0.chunks_exact(4).enumerate() {
+                        let at = chunked_code_offset(cb, groups, c * CHUNK + l, 4 * j) - c * CHUNK * cb;
+                        out[at..at + 4].copy_from_slice(word);
+                    }
+                }
+            }
+        }
+        let (d, m) = scales.split_at_mut(2 * groups);
+        for (g, b) in row.iter().enumerate() {
+            let (_, bd, bm) = parts(b);
+            d[2 * g..2 * g + 2].copy_from_slice(&bd);
+            if let Some(bm) = bm {
+                m[2 * g..2 * g + 2].copy_from_slice(&bm);
             }
         }
     }
@@ -401,8 +420,10 @@ mod tests {
             state ^= state << 17;
             (state >> 24) as u8
         };
-        for ty in GgmlType::ALL.into_iter().filter(|&t| is_packed(t)) {
-            let (rows, cols) = (3, 21 * ty.block_size());
+        // Blocks per row: chunks of 16 groups with a last chunk of every kind (one to four
+        // groups, narrow; five or more; for the K-quants, one super-block or two).
+        for (ty, blocks) in GgmlType::ALL.into_iter().filter(|&t| is_packed(t)).flat_map(|t| [1, 2, 3, 16, 17, 20, 21].map(|b| (t, b))) {
+            let (rows, cols) = (3, blocks * ty.block_size());
             let mut ggml: Vec<u8> = (0..rows * ty.row_bytes(cols)).map(|_| byte()).collect();
             // Keep the f16 scales finite so the comparison is of numbers (NaN payloads may
             // depend on the operand order the compiler picks).
