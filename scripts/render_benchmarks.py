@@ -71,7 +71,7 @@ def latest(records: Iterable[Record]) -> dict[str, list[Record]]:
     configurations first appeared."""
     chosen: dict[tuple[Any, ...], Record] = {}
     for record in records:
-        chosen[(record["benchmark"], record.get("simd"), *configuration(record))] = record
+        chosen[(record["benchmark"], vendor(record), record.get("simd"), *configuration(record))] = record
     by_benchmark: dict[str, list[Record]] = {}
     for record in chosen.values():
         by_benchmark.setdefault(record["benchmark"], []).append(record)
@@ -271,11 +271,21 @@ def section(records: list[Record]) -> str:
 MARKER = re.compile(r"(<!-- records: (\w+)((?: \w+=[\w.-]+)*) -->\n)(.*?)(<!-- /records: \2 -->)", re.DOTALL)
 
 
+def vendor(record: Record) -> str:
+    """The first word of the record's CPU name (``AMD``, ``Intel``): with its SIMD level, the
+    kind of machine a run stands for."""
+    m = re.match(r"[A-Za-z]+", record.get("cpu") or "")
+    return m.group(0) if m else ""
+
+
 def matches(record: Record, filters: dict[str, str]) -> bool:
-    """Whether the record's model, machine (``simd``) or settings (a key of its results) are
-    those the filters name."""
+    """Whether the record's model, machine (``cpu``: the CPU's vendor, ``simd``) or settings (a
+    key of its results) are those the filters name."""
     for key, value in filters.items():
-        actual = record.get(key) if key in ("model", "simd") else record["results"].get(key)
+        if key == "cpu":
+            actual: Any = vendor(record)
+        else:
+            actual = record.get(key) if key in ("model", "simd") else record["results"].get(key)
         if str(actual) != value:
             return False
     return True
@@ -368,7 +378,7 @@ def _model_label(model: str) -> str:
 
 
 def _cpu_label(record: Record) -> str:
-    return record.get("simd") or "SIMD not recorded"
+    return f"{vendor(record)} {record.get('simd') or 'SIMD not recorded'}".strip()
 
 
 def plot_model_size(chosen: dict[str, list[Record]], path: Path) -> Path:

@@ -99,6 +99,27 @@ def test_the_latest_record_of_each_configuration_is_rendered(tmp_path: Path) -> 
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000, name
 
 
+def test_runs_on_two_kinds_of_machine_are_both_kept(tmp_path: Path) -> None:
+    """The same configuration measured on CPUs of two vendors with one SIMD level: neither run
+    replaces the other, and a ``cpu=`` filter picks a vendor's."""
+    records = tmp_path / "records"
+    records.mkdir()
+    amd = {**compare_record("2026-01-01T00:00:00+00:00", 123.4), "cpu": "AMD EPYC", "simd": "avx512_vnni"}
+    intel = {**compare_record("2026-01-02T00:00:00+00:00", 234.5), "cpu": "Intel(R) Xeon(R) Processor",
+             "simd": "avx512_vnni"}
+    for i, record in enumerate([amd, intel]):
+        (records / f"compare_llamacpp-{i}.json").write_text(json.dumps(record))
+    assert len(render.latest(render.load(records))["compare_llamacpp"]) == 2
+    page = tmp_path / "page.md"
+    page.write_text("<!-- records: compare_llamacpp cpu=AMD simd=avx512_vnni -->\n"
+                    "<!-- /records: compare_llamacpp -->\n<!-- records: compare_llamacpp cpu=Intel -->\n"
+                    "<!-- /records: compare_llamacpp -->\n")
+    assert render.main(["--records", str(records), "--page", str(page), "--images", str(tmp_path / "images")]) == 0
+    amd_part, intel_part = page.read_text().split("<!-- records: compare_llamacpp cpu=Intel -->")
+    assert "123.4" in amd_part and "234.5" not in amd_part
+    assert "234.5" in intel_part and "123.4" not in intel_part
+
+
 def test_a_benchmark_run_writes_a_record_the_page_can_show(tmp_path: Path) -> None:
     """benches/kl_vs_reference.py (seconds) run for real: its record names the command, the CPU
     and the commit, and holds what it printed."""
