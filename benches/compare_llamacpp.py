@@ -7,7 +7,8 @@
 ``gemma3-270m``), fetched into the cache like ``Model.load`` does.
 
 Installs nothing. llama-cpp-python must already be importable, e.g.
-``pip install llama-cpp-python`` (it compiles llama.cpp; set ``CMAKE_ARGS=-DGGML_NATIVE=ON``).
+``pip install llama-cpp-python`` (it compiles llama.cpp; set ``CMAKE_ARGS=-DGGML_NATIVE=ON``;
+on a CPU with AMX, name the instruction sets without AMX instead, as docs/benchmarks.md shows).
 
 Every measurement runs in a fresh subprocess, alternating reprolm and llama.cpp (A B A B ...)
 for ``--rounds`` rounds after one warm-up round, at each thread count. Both decode greedily

@@ -378,7 +378,7 @@ def _model_label(model: str) -> str:
 
 
 def _cpu_label(record: Record) -> str:
-    return f"{vendor(record)} {record.get('simd') or 'SIMD not recorded'}".strip()
+    return f"{vendor(record)} {record.get('simd') or '(SIMD not recorded)'}".strip()
 
 
 def plot_model_size(chosen: dict[str, list[Record]], path: Path) -> Path:
