@@ -55,7 +55,7 @@ pub fn code_bytes(ty: GgmlType) -> usize {
 
 /// Packs whole ggml rows of `cols` values into the int8 layout (`out`: as many bytes).
 ///
-/// The code words of each super-block come from ggml's fields four bytes at a time
+/// The code words of each super-block come from ggml's fields eight bytes at a time
 /// ([`super_block_words`]) and are stored word by word across the chunk's groups; the scales
 /// and headers are copied as they are.
 pub fn pack_rows(ty: GgmlType, cols: usize, ggml: &[u8], out: &mut [u8]) {

@@ -297,8 +297,9 @@ pub fn code_bytes(ty: GgmlType) -> usize {
 }
 
 /// Whole rows of ggml blocks of 32 values (Q8_0, Q4_0, Q4_1; `parts`: a block's codes, f16 d
-/// and f16 m) in the chunked layout (rows of `row_bytes`): each block's code words moved straight to their place in
-/// the chunk, the scales (and offsets) after the codes as in the grouped layout.
+/// and f16 m) in the chunked layout (rows of `row_bytes`): each block's code words moved
+/// straight to their place in the chunk, the scales (and offsets) after the codes as in the
+/// grouped layout.
 fn chunk_blocks<B>(blocks: &[B], cols: usize, row_bytes: usize, out: &mut [u8], parts: impl Fn(&B) -> (&[u8], [u8; 2], Option<[u8; 2]>)) {
     let groups = cols / QK;
     assert!(blocks.len().is_multiple_of(groups) && out.len() == blocks.len() / groups * row_bytes);
