@@ -272,8 +272,8 @@ MARKER = re.compile(r"(<!-- records: (\w+)((?: \w+=[\w.-]+)*) -->\n)(.*?)(<!-- /
 
 
 def vendor(record: Record) -> str:
-    """The first word of the record's CPU name (``AMD``, ``Intel``): with its SIMD level, the
-    kind of machine a run stands for."""
+    """The leading letters of the record's CPU name (``AMD``, ``Intel``): with its SIMD level,
+    the kind of machine a run stands for."""
     m = re.match(r"[A-Za-z]+", record.get("cpu") or "")
     return m.group(0) if m else ""
 
@@ -383,9 +383,9 @@ def _cpu_label(record: Record) -> str:
 
 def plot_model_size(chosen: dict[str, list[Record]], path: Path) -> Path:
     """Prefill and decode tokens/s at int8 against the model file's size, at each record's
-    largest thread count: reprolm beside llama.cpp, one series per engine and SIMD level, so
-    an AVX2 machine's points are not joined to an AVX-512 machine's (two machines of one SIMD
-    level share a series)."""
+    largest thread count: reprolm beside llama.cpp, one series per engine and machine (CPU
+    vendor and SIMD level), so one machine's points are not joined to another's (two machines
+    of one vendor and SIMD level share a series)."""
     fig, (prefill, decode) = _figure(2)
     points: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     for record in chosen.get("compare_llamacpp", []):
