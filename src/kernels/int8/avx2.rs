@@ -72,27 +72,38 @@ unsafe fn splat_f16(p: *const u8) -> __m256 {
     }
 }
 
-/// Q6_K's sub-block scales of a chunk of `n` (8 or 16) groups at `sub` (`[n][2]` i8) as i32
-/// lanes: (`sc_0` of lanes 0..8, of lanes 8..16), (`sc_1` the same); zero past `n`.
+/// Q6_K's sub-block scales of a chunk of `n` (8 or 16) groups at `sub` (`[n][2]` i8) as i16
+/// pairs in i32 lanes, each array over lanes 0..8 and 8..16, zero past `n`: per half `h` of
+/// the values, `(sc_h, sc_h)` (`vpmaddwd`'s factor of a half's pair sums), and `(sc_0, sc_1)`.
 ///
 /// # Safety
 /// The CPU must have AVX2, and `sub` be valid for `2 n` bytes.
 #[inline(always)]
-unsafe fn sub_scales256(sub: *const u8, n: usize) -> ([__m256i; 2], [__m256i; 2]) {
+unsafe fn sub_scales256(sub: *const u8, n: usize) -> SubScales {
     // SAFETY: the loads read the `2 n` bytes at `sub` (16 per super-block), and the CPU has
     // AVX2 (this function's precondition).
     unsafe {
-        // Per 16 bytes: the even bytes (sc_0) to the low 8, the odd ones (sc_1) to the high 8.
-        let split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-        let mut s0 = [_mm256_setzero_si256(); 2];
-        let mut s1 = [_mm256_setzero_si256(); 2];
+        let mut halves = [[_mm256_setzero_si256(); 2]; 2];
+        let mut both = [_mm256_setzero_si256(); 2];
         for h in 0..n / 8 {
-            let v = _mm_shuffle_epi8(_mm_loadu_si128(sub.add(16 * h).cast()), split);
-            s0[h] = _mm256_cvtepi8_epi32(v);
-            s1[h] = _mm256_cvtepi8_epi32(_mm_srli_si128(v, 8));
+            // Lane l: the i16 pair (sc_0, sc_1) of group l.
+            let mix = _mm256_cvtepi8_epi16(_mm_loadu_si128(sub.add(16 * h).cast()));
+            both[h] = mix;
+            // Each lane's first i16 (sc_0) or second (sc_1) in both of its places.
+            halves[0][h] = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(mix, 0xA0), 0xA0);
+            halves[1][h] = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(mix, 0xF5), 0xF5);
         }
-        (s0, s1)
+        SubScales { halves, both }
     }
+}
+
+/// A chunk's sub-block scales as `dot_q6` takes them ([`sub_scales256`]).
+#[derive(Clone, Copy)]
+pub(crate) struct SubScales {
+    /// [half of the values][lanes 0..8, 8..16]: `(sc_h, sc_h)` i16 pairs.
+    halves: [[__m256i; 2]; 2],
+    /// [lanes 0..8, 8..16]: `(sc_0, sc_1)` i16 pairs.
+    both: [__m256i; 2],
 }
 
 /// Whether `K` is Q8_0 (the one type with 32 code bytes per group), and whether its codes are
@@ -304,12 +315,11 @@ impl IntLanes for Avx2I32 {
                     word[h] = _mm256_add_epi8(_mm256_or_si256(l, hb), bias);
                 }
             }
-            let (sc0, sc1) = sub_scales256(sub, n);
-            (w, sc0, sc1)
+            (w, sub_scales256(sub, n))
         }
     }
-    /// ([word][half] of `u`, `sc_0` per half, `sc_1` per half)
-    type Q6 = ([[__m256i; 2]; 8], [__m256i; 2], [__m256i; 2]);
+    /// ([word][half] of `u`, the sub-block scales)
+    type Q6 = ([[__m256i; 2]; 8], SubScales);
     #[inline(always)]
     unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `codes` and `sub` are valid for the bytes
@@ -328,34 +338,35 @@ impl IntLanes for Avx2I32 {
                     w[j + 4][h] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), hb[1]);
                 }
             }
-            let (sc0, sc1) = sub_scales256(sub, n);
-            (w, sc0, sc1)
+            (w, sub_scales256(sub, n))
         }
     }
     /// `maddubs` of `u <= 63` and `|x| <= 127`: pair sums at most `2 * 63 * 127 = 16002`,
-    /// two words added in i16 (`32004 < 32767`), then widened.
+    /// two words added in i16 (`32004 < 32767`), then widened by `vpmaddwd` with the half's
+    /// sub-block scale (`2 * 32004 * 128` per word pair, at most `2^25` over all 32 values: far
+    /// from overflow). Less `32 (sc_0 hsum + sc_1 (qsum - hsum))`, one `vpmaddwd` of the
+    /// `(hsum, qsum - hsum)` pairs (each at most `16 * 127` in magnitude, an i16): the integer
+    /// sum of the module docs, exactly.
     #[inline(always)]
     unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `x`, `qsum` and `hsum` are valid for the
         // bytes this method names (the `IntLanes` contract).
         unsafe {
-            let ones = _mm256_set1_epi16(1);
-            let (u, sc0, sc1) = w;
+            let (u, sc) = w;
             let mut out = [_mm256_setzero_si256(); 2];
             for (h, o) in out.iter_mut().enumerate() {
-                // [first half of the values, second half]: words 0..4 and 4..8.
-                let mut halves = [_mm256_setzero_si256(); 2];
+                let mut sum = _mm256_setzero_si256();
                 for k in (0..8).step_by(2) {
                     let x0 = _mm256_loadu_si256(x.add(64 * k + 32 * h).cast());
                     let x1 = _mm256_loadu_si256(x.add(64 * k + 64 + 32 * h).cast());
                     let s = _mm256_add_epi16(_mm256_maddubs_epi16(u[k][h], x0), _mm256_maddubs_epi16(u[k + 1][h], x1));
-                    halves[k / 4] = _mm256_add_epi32(halves[k / 4], _mm256_madd_epi16(s, ones));
+                    // Words 0..4 are the first half of the values, 4..8 the second.
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s, sc.halves[k / 4][h]));
                 }
                 let q = _mm256_loadu_si256(qsum.add(8 * h).cast());
                 let hs = _mm256_loadu_si256(hsum.add(8 * h).cast());
-                let a = _mm256_sub_epi32(halves[0], _mm256_slli_epi32(hs, 5));
-                let b = _mm256_sub_epi32(halves[1], _mm256_slli_epi32(_mm256_sub_epi32(q, hs), 5));
-                *o = _mm256_add_epi32(_mm256_mullo_epi32(sc0[h], a), _mm256_mullo_epi32(sc1[h], b));
+                let pairs = _mm256_or_si256(_mm256_and_si256(hs, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(_mm256_sub_epi32(q, hs), 16));
+                *o = _mm256_sub_epi32(sum, _mm256_slli_epi32(_mm256_madd_epi16(sc.both[h], pairs), 5));
             }
             Avx2I32(out[0], out[1])
         }

@@ -76,20 +76,34 @@ unsafe fn word_pair<K: Kind>(codes: *const u8, n: usize, j: usize) -> (__m512i, 
     }
 }
 
-/// Q6_K's layout of sub-block scales (`[n][2]` i8 at `sub`) as (`sc_0`, `sc_1`) lanes,
-/// zero past `n`.
+/// Q6_K's layout of sub-block scales (`[n][2]` i8 at `sub`) as (`sc_0`, `sc_1`) f32 lanes
+/// (small integers, exact), zero past `n`.
 ///
 /// # Safety
 /// The CPU must have AVX-512 (F, BW), and `sub` be valid for `2 n` bytes.
 #[inline(always)]
-unsafe fn sub_scales512(sub: *const u8, n: usize) -> (__m512i, __m512i) {
+unsafe fn sub_scales512(sub: *const u8, n: usize) -> (__m512, __m512) {
     // SAFETY: the CPU has AVX-512 (F, BW); the masked load reads the first `n` pairs, the
     // caller's `2 n` bytes.
     unsafe {
         // Lane l: the i16 `sc_1 * 256 + (sc_0 as u8)`, sign-extended.
         let pairs = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast()));
-        (_mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24), _mm512_srai_epi32(pairs, 8))
+        let (sc0, sc1) = (_mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24), _mm512_srai_epi32(pairs, 8));
+        (_mm512_cvtepi32_ps(sc0), _mm512_cvtepi32_ps(sc1))
     }
+}
+
+/// `sc_0 a + sc_1 b` per lane, in f32: exact, since `a` and `b` (a group half's integer sum)
+/// are below `2^16` in magnitude (the module docs' bounds), their products by `|sc| <= 128`
+/// below `2^23` and the sum below `2^24`. Cheaper than `vpmulld`'s two micro-ops on the port
+/// `vpdpbusd` needs.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[inline(always)]
+unsafe fn scaled_halves(sc0: __m512, a: __m512i, sc1: __m512, b: __m512i) -> __m512 {
+    // SAFETY: the CPU has AVX-512F (this function's precondition).
+    unsafe { _mm512_fmadd_ps(sc1, _mm512_cvtepi32_ps(b), _mm512_mul_ps(sc0, _mm512_cvtepi32_ps(a))) }
 }
 
 /// 16 f32 lanes: lanes 0..8 lane `a` of `v`, lanes 8..16 lane `b` (a super-block's
@@ -171,8 +185,8 @@ impl IntLanes for Vnni {
             w
         }
     }
-    /// (`u` per word, `sc_0`, `sc_1`)
-    type Q6 = ([__m512i; 8], __m512i, __m512i);
+    /// (`u` per word, `sc_0`, `sc_1` as f32)
+    type Q6 = ([__m512i; 8], __m512, __m512);
     #[inline(always)]
     unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6 {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `codes` and `sub` are valid for
@@ -235,7 +249,8 @@ impl IntLanes for Vnni {
         }
     }
     /// Each half: 4 `vpdpbusd` of `u <= 63` and `|x| <= 127`, at most
-    /// `16 * 63 * 127 = 128016`; then exact (bounds in the module docs).
+    /// `16 * 63 * 127 = 128016`; then exact ([`scaled_halves`]; the f32 integer converts back
+    /// exactly).
     #[inline(always)]
     unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x`, `qsum` and `hsum` are valid
@@ -250,7 +265,7 @@ impl IntLanes for Vnni {
             let (q, h) = (_mm512_loadu_si512(qsum.cast()), _mm512_loadu_si512(hsum.cast()));
             let a = _mm512_sub_epi32(a, _mm512_slli_epi32(h, 5));
             let b = _mm512_sub_epi32(b, _mm512_slli_epi32(_mm512_sub_epi32(q, h), 5));
-            Vnni(_mm512_add_epi32(_mm512_mullo_epi32(*sc0, a), _mm512_mullo_epi32(*sc1, b)))
+            Vnni(_mm512_cvtps_epi32(scaled_halves(*sc0, a, *sc1, b)))
         }
     }
     type Q4 = [__m512i; 8];
@@ -431,7 +446,7 @@ impl IntLanes for Vnni {
     }
     /// Word by word like `wide_chunk`, on the unpacked words of the rows' prepared chunks:
     /// each activation word is loaded once for all the tile's rows. The sub-block scaled
-    /// types keep the two halves' sums apart and finish them as `dot_q6`.
+    /// types take the two halves one after the other ([`halves_chunk`]).
     #[inline(always)]
     unsafe fn prepared_chunk<K: Kind, const NR: usize, const NT: usize>(p: &[&PreparedChunk<Self, K>; NR], c: usize, x: &Acts, acc: &mut [[Avx512; NT]; NR]) {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x` covers chunk `c` of the
@@ -439,44 +454,42 @@ impl IntLanes for Vnni {
         unsafe {
             let g0 = c * CHUNK_GROUPS;
             let words = per_index!(NR, |r| K::vnni_words(&p[r].w));
-            let halves = words[0].1.is_some();
-            // [row][token]: the sums of words 0..4 and (for the halves) of words 4..8
-            let mut lo = [[_mm512_setzero_si512(); NT]; NR];
-            let mut hi = [[_mm512_setzero_si512(); NT]; NR];
-            for j in 0..4 {
-                let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| (words[r].0[j], words[r].0[j + 4]));
-                for t in 0..NT {
-                    let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
-                    let (xl, xh) = (_mm512_loadu_si512(xq.add(64 * j).cast()), _mm512_loadu_si512(xq.add(64 * (j + 4)).cast()));
-                    for r in 0..NR {
-                        if halves {
-                            lo[r][t] = _mm512_dpbusd_epi32(lo[r][t], w[r].0, xl);
-                            hi[r][t] = _mm512_dpbusd_epi32(hi[r][t], w[r].1, xh);
-                        } else {
-                            lo[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(lo[r][t], w[r].0, xl), w[r].1, xh);
+            let isums: [[__m512; NT]; NR] = if words[0].1.is_some() {
+                let codes = per_index!(NR, |r| words[r].0);
+                let sc = per_index!(NR, |r| words[r].1.expect("every row of a type has sub-block scales"));
+                halves_chunk::<NR, NT>(&codes, &sc, c, x)
+            } else {
+                // [row][token]: the sums of all 8 words
+                let mut sums = [[_mm512_setzero_si512(); NT]; NR];
+                for j in 0..4 {
+                    let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| (words[r].0[j], words[r].0[j + 4]));
+                    for t in 0..NT {
+                        let xq = x.q.add(t * x.q_stride + c * CHUNK_BYTES);
+                        let (xl, xh) = (_mm512_loadu_si512(xq.add(64 * j).cast()), _mm512_loadu_si512(xq.add(64 * (j + 4)).cast()));
+                        for r in 0..NR {
+                            sums[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sums[r][t], w[r].0, xl), w[r].1, xh);
                         }
                     }
                 }
-            }
+                if let Some(k) = K::BIAS_LOG2 {
+                    // The bias times the activation code sums: exact (bounds in `dot_q8`).
+                    for t in 0..NT {
+                        let qsum = _mm512_loadu_si512(x.qsum.add(t * x.lane_stride + g0).cast());
+                        let bias = _mm512_sll_epi32(qsum, _mm_cvtsi32_si128(k as i32));
+                        for r in 0..NR {
+                            sums[r][t] = _mm512_sub_epi32(sums[r][t], bias);
+                        }
+                    }
+                }
+                per_index!(NR, |r| per_index!(NT, |t| _mm512_cvtepi32_ps(sums[r][t])))
+            };
             for t in 0..NT {
                 let lane = t * x.lane_stride + g0;
                 let dx = Avx512::load(x.d.add(lane));
                 let sx = if K::OFFSET { Avx512::load(x.s.add(lane)) } else { Avx512::zero() };
                 let (qsum, hsum) = (x.qsum.add(lane), x.hsum.add(lane));
                 for r in 0..NR {
-                    let isum = match (words[r].1, K::BIAS_LOG2) {
-                        // As `dot_q6`.
-                        (Some((sc0, sc1)), _) => {
-                            let (q, h) = (_mm512_loadu_si512(qsum.cast()), _mm512_loadu_si512(hsum.cast()));
-                            let a = _mm512_sub_epi32(lo[r][t], _mm512_slli_epi32(h, 5));
-                            let b = _mm512_sub_epi32(hi[r][t], _mm512_slli_epi32(_mm512_sub_epi32(q, h), 5));
-                            _mm512_add_epi32(_mm512_mullo_epi32(*sc0, a), _mm512_mullo_epi32(*sc1, b))
-                        }
-                        // The bias times the activation code sums: exact (bounds in `dot_q8`).
-                        (None, Some(k)) => _mm512_sub_epi32(lo[r][t], _mm512_sll_epi32(_mm512_loadu_si512(qsum.cast()), _mm_cvtsi32_si128(k as i32))),
-                        (None, None) => lo[r][t],
-                    };
-                    acc[r][t] = scale_add::<Avx512, K>(acc[r][t], Vnni(isum).to_f32(), p[r].dw, dx, p[r].mw, sx);
+                    acc[r][t] = scale_add::<Avx512, K>(acc[r][t], Avx512(isums[r][t]), p[r].dw, dx, p[r].mw, sx);
                     if K::MINS {
                         let msum = K::min_sum::<Self>(&p[r].w, qsum, hsum);
                         acc[r][t] = Avx512::fma(Avx512::mul(p[r].mw, dx), msum, acc[r][t]);
@@ -484,5 +497,49 @@ impl IntLanes for Vnni {
                 }
             }
         }
+    }
+}
+
+/// Wide chunk `c`'s integer sums of an `NR x NT` tile for the sub-block scaled types, as
+/// `dot_q6` (in f32, exact), from the rows' unpacked codes and f32 sub-block scales. The
+/// halves are summed one after the other, so that only one half's `NR x NT` sums are live at
+/// a time (two halves of a 4 x 4 tile would fill the 32 registers).
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW, VL, VNNI), and `x` cover chunk `c` of `NT` tokens.
+#[inline(always)]
+unsafe fn halves_chunk<const NR: usize, const NT: usize>(codes: &[&[__m512i; 8]; NR], sc: &[(&__m512, &__m512); NR], c: usize, x: &Acts) -> [[__m512; NT]; NR] {
+    // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x` covers chunk `c` of the tile's
+    // tokens (this function's precondition).
+    unsafe {
+        let g0 = c * CHUNK_GROUPS;
+        let mut isum = [[_mm512_setzero_ps(); NT]; NR];
+        for h in 0..2 {
+            // Each sum starts at `-32` times the half's activation code sum (`hsum`, or
+            // `qsum - hsum`), so that it ends as `sum q x`.
+            let start: [__m512i; NT] = per_index!(NT, |t| {
+                let lane = t * x.lane_stride + g0;
+                let hsum = _mm512_loadu_si512(x.hsum.add(lane).cast());
+                let half = if h == 0 { hsum } else { _mm512_sub_epi32(_mm512_loadu_si512(x.qsum.add(lane).cast()), hsum) };
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(half, 5))
+            });
+            let mut sums = [start; NR];
+            for j in 4 * h..4 * h + 4 {
+                for t in 0..NT {
+                    let xw = _mm512_loadu_si512(x.q.add(t * x.q_stride + c * CHUNK_BYTES + 64 * j).cast());
+                    for r in 0..NR {
+                        sums[r][t] = _mm512_dpbusd_epi32(sums[r][t], codes[r][j], xw);
+                    }
+                }
+            }
+            for t in 0..NT {
+                for r in 0..NR {
+                    // `scaled_halves`, a half at a time.
+                    let part = _mm512_cvtepi32_ps(sums[r][t]);
+                    isum[r][t] = if h == 0 { _mm512_mul_ps(*sc[r].0, part) } else { _mm512_fmadd_ps(*sc[r].1, part, isum[r][t]) };
+                }
+            }
+        }
+        isum
     }
 }

@@ -2,7 +2,7 @@
 //! generic over the ISA's [`IntLanes`].
 
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::__m512i;
+use std::arch::x86_64::{__m512, __m512i};
 
 #[cfg(target_arch = "x86_64")]
 use super::avx512::Vnni;
@@ -67,9 +67,9 @@ pub(crate) trait Kind {
     }
     /// A prepared chunk's 8 code words as `vpdpbusd`'s unsigned operand and, for the types
     /// whose sub-block scales fold into the integer sum (Q6_K, Q3_K, Q2_K), the lanes'
-    /// `sc_0` and `sc_1`.
+    /// `sc_0` and `sc_1` (f32).
     #[cfg(target_arch = "x86_64")]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>);
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>);
     /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
     type T<D: IntLanes>: Copy;
     unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
@@ -88,7 +88,7 @@ impl Kind for KQ4_0 {
     type W<D: IntLanes> = D::Q4;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (w, None)
     }
     #[inline(always)]
@@ -127,7 +127,7 @@ impl Kind for KQ4_1 {
     type W<D: IntLanes> = D::Q4;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (w, None)
     }
     #[inline(always)]
@@ -165,7 +165,7 @@ impl Kind for KQ8_0 {
     type W<D: IntLanes> = D::Q8;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (w, None)
     }
     #[inline(always)]
@@ -206,7 +206,7 @@ impl Kind for KQ4K {
     type W<D: IntLanes> = D::Q4;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (w, None)
     }
     #[inline(always)]
@@ -247,7 +247,7 @@ impl Kind for KQ5K {
     type W<D: IntLanes> = D::Q4;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (w, None)
     }
     #[inline(always)]
@@ -289,7 +289,7 @@ impl Kind for KQ6K {
     type W<D: IntLanes> = D::Q6;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (&w.0, Some((&w.1, &w.2)))
     }
     #[inline(always)]
@@ -330,7 +330,7 @@ impl Kind for KQ5_0 {
     type W<D: IntLanes> = D::Q4;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (w, None)
     }
     #[inline(always)]
@@ -372,7 +372,7 @@ impl Kind for KQ5_1 {
     type W<D: IntLanes> = D::Q4;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (w, None)
     }
     #[inline(always)]
@@ -415,7 +415,7 @@ impl Kind for KQ3K {
     type W<D: IntLanes> = D::Q6;
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (&w.0, Some((&w.1, &w.2)))
     }
     #[inline(always)]
@@ -479,7 +479,7 @@ impl Kind for KQ2K {
     type W<D: IntLanes> = (D::Q6, [i32; 16], [i32; 16]);
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512i, &__m512i)>) {
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
         (&w.0 .0, Some((&w.0 .1, &w.0 .2)))
     }
     /// `sub`: the chunk's `[n][2]` scale bytes.
