@@ -87,12 +87,15 @@ pub fn pack_rows_in(ty: GgmlType, layout: Layout, cols: usize, ggml: &[u8], out:
         Layout::Chunked if is_kquant_int8(ty) => super::kquant::pack_rows(ty, cols, ggml, out),
         Layout::Chunked if matches!(ty, GgmlType::Q3_K | GgmlType::Q2_K) => super::kquant_low::pack_rows(ty, cols, ggml, out),
         Layout::Chunked if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1) => super::q5::pack_rows(ty, cols, ggml, out),
-        Layout::Chunked => match ty {
-            GgmlType::Q8_0 => chunk_blocks(as_blocks::<BlockQ8_0>(ggml), cols, packed_row_bytes(ty, cols), out, |b| (bytemuck_i8(&b.qs), b.d, None)),
-            GgmlType::Q4_0 => chunk_blocks(as_blocks::<BlockQ4_0>(ggml), cols, packed_row_bytes(ty, cols), out, |b| (&b.qs[..], b.d, None)),
-            GgmlType::Q4_1 => chunk_blocks(as_blocks::<BlockQ4_1>(ggml), cols, packed_row_bytes(ty, cols), out, |b| (&b.qs[..], b.d, Some(b.m))),
-            _ => panic!("{} has no int8 layout", ty.name()),
-        },
+        Layout::Chunked => {
+            let row_bytes = packed_row_bytes(ty, cols);
+            match ty {
+                GgmlType::Q8_0 => chunk_blocks(as_blocks::<BlockQ8_0>(ggml), cols, row_bytes, out, |b| (bytemuck_i8(&b.qs), b.d, None)),
+                GgmlType::Q4_0 => chunk_blocks(as_blocks::<BlockQ4_0>(ggml), cols, row_bytes, out, |b| (&b.qs[..], b.d, None)),
+                GgmlType::Q4_1 => chunk_blocks(as_blocks::<BlockQ4_1>(ggml), cols, row_bytes, out, |b| (&b.qs[..], b.d, Some(b.m))),
+                _ => panic!("{} has no int8 layout", ty.name()),
+            }
+        }
         Layout::Grouped => pack_rows_into(ty, cols, ggml, out),
     }
 }
@@ -231,10 +234,18 @@ pub fn packed_group(format: GroupFormat, row: &[u8], groups: usize, g: usize) ->
 fn pack<B>(blocks: &[B], dst: &mut [u8], groups: usize, parts: impl Fn(&B) -> (&[u8], [u8; 2], Option<[u8; 2]>)) {
     let code_bytes = parts(&blocks[0]).0.len();
     let (codes, scales) = dst.split_at_mut(groups * code_bytes);
-    let (d, m) = scales.split_at_mut(groups * 2);
     for (g, b) in blocks.iter().enumerate() {
-        let (q, bd, bm) = parts(b);
-        codes[g * code_bytes..(g + 1) * code_bytes].copy_from_slice(q);
+        codes[g * code_bytes..(g + 1) * code_bytes].copy_from_slice(parts(b).0);
+    }
+    write_scales(blocks, scales, parts);
+}
+
+/// A row's blocks' f16 scales (`[G]`), then their f16 offsets (`[G]`, if `parts` gives
+/// them), into the scales part of the packed row (`parts`: a block's codes, d and m).
+fn write_scales<B>(row: &[B], scales: &mut [u8], parts: impl Fn(&B) -> (&[u8], [u8; 2], Option<[u8; 2]>)) {
+    let (d, m) = scales.split_at_mut(2 * row.len());
+    for (g, b) in row.iter().enumerate() {
+        let (_, bd, bm) = parts(b);
         d[2 * g..2 * g + 2].copy_from_slice(&bd);
         if let Some(bm) = bm {
             m[2 * g..2 * g + 2].copy_from_slice(&bm);
@@ -326,14 +337,7 @@ fn chunk_blocks<B>(blocks: &[B], cols: usize, row_bytes: usize, out: &mut [u8], 
                 }
             }
         }
-        let (d, m) = scales.split_at_mut(2 * groups);
-        for (g, b) in row.iter().enumerate() {
-            let (_, bd, bm) = parts(b);
-            d[2 * g..2 * g + 2].copy_from_slice(&bd);
-            if let Some(bm) = bm {
-                m[2 * g..2 * g + 2].copy_from_slice(&bm);
-            }
-        }
+        write_scales(row, scales, &parts);
     }
 }
 
