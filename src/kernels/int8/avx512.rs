@@ -454,9 +454,9 @@ impl IntLanes for Vnni {
         unsafe {
             let g0 = c * CHUNK_GROUPS;
             let words = per_index!(NR, |r| K::vnni_words(&p[r].w));
-            let isums: [[__m512; NT]; NR] = if words[0].1.is_some() {
+            let isums: [[__m512; NT]; NR] = if K::HALVES {
                 let codes = per_index!(NR, |r| words[r].0);
-                let sc = per_index!(NR, |r| words[r].1.expect("every row of a type has sub-block scales"));
+                let sc = per_index!(NR, |r| words[r].1.expect("the words of a type with HALVES carry its sub-block scales"));
                 halves_chunk::<NR, NT>(&codes, &sc, c, x)
             } else {
                 // [row][token]: the sums of all 8 words

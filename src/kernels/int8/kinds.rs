@@ -30,6 +30,9 @@ pub(crate) trait Kind {
     /// Whether the codes are 8 words of one byte per value (Q8_0) or 4 of nibbles, which
     /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
     const WORD_PAIRS: bool = true;
+    /// Whether each group's two halves have sub-block scales folded into the integer sum
+    /// (Q6_K, Q3_K, Q2_K): then [`Kind::vnni_words`] gives them.
+    const HALVES: bool = false;
     type W<D: IntLanes>: Copy;
     /// A chunk's codes at `codes` (`n` groups); `sub`: the chunk's sub-block scales
     /// ([`Kind::sub_ptr`]).
@@ -281,6 +284,7 @@ impl Kind for KQ5K {
 /// (`[G][2]` i8 sub-block scales, then `[S]` f16 `d`, after the codes).
 pub(super) struct KQ6K;
 impl Kind for KQ6K {
+    const HALVES: bool = true;
     const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = 24;
     const OFFSET: bool = false;
@@ -407,6 +411,7 @@ impl Kind for KQ5_1 {
 /// `[S]` f16 `d`).
 pub(super) struct KQ3K;
 impl Kind for KQ3K {
+    const HALVES: bool = true;
     const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = kquant_low::CODE_BYTES;
     const OFFSET: bool = false;
@@ -469,6 +474,7 @@ impl Kind for KQ3K {
 /// scale bytes `sc | m << 4`, `[S]` f16 `d`, `[S]` f16 `dmin`).
 pub(super) struct KQ2K;
 impl Kind for KQ2K {
+    const HALVES: bool = true;
     const SUPER_BLOCKS: bool = true;
     const CODE_BYTES: usize = Q2K_CODE_BYTES;
     const OFFSET: bool = false;
