@@ -507,7 +507,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
             }
         }
         if n > 0 {
-            if let Some(a) = ahead.as_deref_mut() {
+            if let Some(a) = ahead {
                 a.advance_piece(NR * row_bytes, pieces, wide);
             }
             let g0 = groups - n;
