@@ -348,7 +348,7 @@ impl IntLanes for Avx2I32 {
     /// `(hsum, qsum - hsum)` pairs (each at most `16 * 127` in magnitude, an i16): the integer
     /// sum of the module docs, exactly.
     #[inline(always)]
-    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
+    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self::F {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `x`, `qsum` and `hsum` are valid for the
         // bytes this method names (the `IntLanes` contract).
         unsafe {
@@ -368,7 +368,7 @@ impl IntLanes for Avx2I32 {
                 let pairs = _mm256_or_si256(_mm256_and_si256(hs, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(_mm256_sub_epi32(q, hs), 16));
                 *o = _mm256_sub_epi32(sum, _mm256_slli_epi32(_mm256_madd_epi16(sc.both[h], pairs), 5));
             }
-            Avx2I32(out[0], out[1])
+            Avx2I32(out[0], out[1]).to_f32()
         }
     }
     /// [word][half]

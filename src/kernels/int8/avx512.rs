@@ -249,10 +249,9 @@ impl IntLanes for Vnni {
         }
     }
     /// Each half: 4 `vpdpbusd` of `u <= 63` and `|x| <= 127`, at most
-    /// `16 * 63 * 127 = 128016`; then exact ([`scaled_halves`]; the f32 integer converts back
-    /// exactly).
+    /// `16 * 63 * 127 = 128016`; then exact ([`scaled_halves`]).
     #[inline(always)]
-    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
+    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Avx512 {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `x`, `qsum` and `hsum` are valid
         // for the bytes this method names (the `IntLanes` contract).
         unsafe {
@@ -265,7 +264,7 @@ impl IntLanes for Vnni {
             let (q, h) = (_mm512_loadu_si512(qsum.cast()), _mm512_loadu_si512(hsum.cast()));
             let a = _mm512_sub_epi32(a, _mm512_slli_epi32(h, 5));
             let b = _mm512_sub_epi32(b, _mm512_slli_epi32(_mm512_sub_epi32(q, h), 5));
-            Vnni(_mm512_cvtps_epi32(scaled_halves(*sc0, a, *sc1, b)))
+            Avx512(scaled_halves(*sc0, a, *sc1, b))
         }
     }
     type Q4 = [__m512i; 8];

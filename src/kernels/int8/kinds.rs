@@ -45,8 +45,9 @@ pub(crate) trait Kind {
         // contract).
         unsafe { s.add(2 * g0) }
     }
-    /// `qsum`, `hsum`: the chunk's 16 activation code sums and first-half sums.
-    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D;
+    /// Step 1's integer sums as f32 lanes (exact: each is below `2^24` in magnitude); `qsum`,
+    /// `hsum`: the chunk's 16 activation code sums and first-half sums.
+    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D::F;
     /// The chunk's weight scales `d_w` and offsets `m_w` (zero if none) of groups
     /// `g0..g0 + n` of a row whose scales part starts at `s` (`groups` groups); zero past `n`.
     #[inline(always)]
@@ -102,10 +103,10 @@ impl Kind for KQ4_0 {
     }
     /// `sum (q - 8) x = sum q x - 8 sum x`.
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D::F {
         // SAFETY: `x` and `qsum` are valid for the chunk's bytes and the CPU runs `D`'s ISA
         // (the `Kind` contract).
-        unsafe { D::dot_q4(w, x).minus_8_qsum(qsum) }
+        unsafe { D::dot_q4(w, x).minus_8_qsum(qsum).to_f32() }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
@@ -140,10 +141,10 @@ impl Kind for KQ4_1 {
         unsafe { D::q4(codes, n) }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D::F {
         // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
         // contract).
-        unsafe { D::dot_q4(w, x) }
+        unsafe { D::dot_q4(w, x).to_f32() }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
@@ -178,10 +179,10 @@ impl Kind for KQ8_0 {
         unsafe { D::q8(codes, n) }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D::F {
         // SAFETY: `x` and `qsum` are valid for the chunk's bytes and the CPU runs `D`'s ISA
         // (the `Kind` contract).
-        unsafe { D::dot_q8(w, x, qsum) }
+        unsafe { D::dot_q8(w, x, qsum).to_f32() }
     }
     type T<D: IntLanes> = D::T8;
     #[inline(always)]
@@ -219,10 +220,10 @@ impl Kind for KQ4K {
         unsafe { D::q4(codes, n) }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D::F {
         // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
         // contract).
-        unsafe { D::dot_q4(w, x) }
+        unsafe { D::dot_q4(w, x).to_f32() }
     }
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
@@ -260,10 +261,10 @@ impl Kind for KQ5K {
         unsafe { D::q5(codes, n) }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D::F {
         // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
         // contract).
-        unsafe { D::dot_q5(w, x) }
+        unsafe { D::dot_q5(w, x).to_f32() }
     }
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
@@ -303,7 +304,7 @@ impl Kind for KQ6K {
         unsafe { D::q6(codes, sub, n) }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D::F {
         // SAFETY: `x`, `qsum` and `hsum` are valid for the chunk's bytes and the CPU runs `D`'s
         // ISA (the `Kind` contract).
         unsafe { D::dot_q6(w, x, qsum, hsum) }
@@ -345,10 +346,10 @@ impl Kind for KQ5_0 {
     }
     /// `sum (u - 16) x = sum u x - 16 sum x`.
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, _hsum: *const i32) -> D::F {
         // SAFETY: `x` and `qsum` are valid for the chunk's bytes and the CPU runs `D`'s ISA
         // (the `Kind` contract).
-        unsafe { D::dot_q5(w, x).minus_16_qsum(qsum) }
+        unsafe { D::dot_q5(w, x).minus_16_qsum(qsum).to_f32() }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
@@ -386,10 +387,10 @@ impl Kind for KQ5_1 {
         unsafe { D::q5(codes, n) }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, _qsum: *const i32, _hsum: *const i32) -> D::F {
         // SAFETY: `x` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
         // contract).
-        unsafe { D::dot_q5(w, x) }
+        unsafe { D::dot_q5(w, x).to_f32() }
     }
     type T<D: IntLanes> = D::T4;
     #[inline(always)]
@@ -446,7 +447,7 @@ impl Kind for KQ3K {
         }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D::F {
         // SAFETY: `x`, `qsum` and `hsum` are valid for the chunk's bytes and the CPU runs `D`'s
         // ISA (the `Kind` contract).
         unsafe { D::dot_q6(w, x, qsum, hsum) }
@@ -506,7 +507,7 @@ impl Kind for KQ2K {
         }
     }
     #[inline(always)]
-    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D {
+    unsafe fn isum<D: IntLanes>(w: &Self::W<D>, x: *const i8, qsum: *const i32, hsum: *const i32) -> D::F {
         // SAFETY: `x`, `qsum` and `hsum` are valid for the chunk's bytes and the CPU runs `D`'s
         // ISA (the `Kind` contract).
         unsafe { D::dot_q6(&w.0, x, qsum, hsum) }

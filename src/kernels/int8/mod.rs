@@ -192,8 +192,9 @@ pub(crate) trait IntLanes: Copy {
     /// Q6_K codes of a chunk of `n` (8 or 16) groups at `codes`, sub-block scales at `sub`
     /// (`[n][2]` i8); missing lanes are zero.
     unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6;
-    /// Lane `l`: `sc_0 (sum_{i<16} u x - 32 hsum) + sc_1 (sum_{i>=16} u x - 32 (qsum - hsum))`.
-    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self;
+    /// Lane `l`: `sc_0 (sum_{i<16} u x - 32 hsum) + sc_1 (sum_{i>=16} u x - 32 (qsum - hsum))`,
+    /// as f32 (exact: the bounds in the module docs).
+    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self::F;
     /// Q4_K's `d_w = d * sc` and `m_w = -(dmin * m)` of a chunk of `n` (8 or 16) groups from
     /// the super-block headers at `h` (16 bytes each); zero past `n`. Every product is exact,
     /// so the default (plain code) and an ISA's own way give the same bits.
@@ -619,7 +620,7 @@ unsafe fn chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
             for r in 0..NR {
                 let (qsum, hsum) = (x.qsum.add(lane), x.hsum.add(lane));
                 let isum = K::isum::<D>(w[r], xq, qsum, hsum);
-                acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum.to_f32(), dw[r], dx, mw[r], sx);
+                acc[r][t] = scale_add::<D::F, K>(acc[r][t], isum, dw[r], dx, mw[r], sx);
                 if K::MINS {
                     let msum = K::min_sum::<D>(w[r], qsum, hsum);
                     acc[r][t] = <D::F as Lanes16>::fma(<D::F as Lanes16>::mul(mw[r], dx), msum, acc[r][t]);

@@ -104,7 +104,7 @@ impl IntLanes for ScalarI32 {
         }
     }
     #[inline(always)]
-    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self {
+    unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Scalar16 {
         // SAFETY: `x`, `qsum` and `hsum` are valid for the bytes this method names (the
         // `IntLanes` contract).
         unsafe {
@@ -116,6 +116,7 @@ impl IntLanes for ScalarI32 {
                 let (q, h) = (*qsum.add(l), *hsum.add(l));
                 s0[l] * (lo.0[l] - 32 * h) + s1[l] * (hi.0[l] - 32 * (q - h))
             }))
+            .to_f32()
         }
     }
     /// [word][lane * 4 + byte]
