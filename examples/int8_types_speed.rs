@@ -2,9 +2,9 @@
 //! 8192 columns), one thread, and prints multiply-adds per second with a hash of the outputs
 //! (equal hashes: equal bits, for comparing builds). Not a test: prints medians of 15 runs.
 //!
-//! `cargo run --release --example int8_types_speed [-- TOKENS [TYPE [ISA]]]` (default 64
-//! tokens, every type, the best int8 ISA; TYPE filters by name, e.g. `Q6_K`; ISA is `avx512`,
-//! `avx2` or `scalar`).
+//! `cargo run --release --example int8_types_speed [-- TOKENS [TYPE [ISA [ROWSxCOLS]]]]`
+//! (default 64 tokens, every type, the best int8 ISA, 2048x8192; TYPE filters by name, e.g.
+//! `Q6_K`; ISA is `avx512`, `avx2` or `scalar`; `8192x2048` is the up and gate shape).
 
 mod common;
 
@@ -13,7 +13,7 @@ use reprolm::kernels::packed::{layout_row_bytes, pack_rows_in, Layout};
 use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef, QuantizedRows};
 use reprolm::tensor::GgmlType;
 
-/// (rows, cols): a 1 B Llama's feed-forward up/gate matrix.
+/// (rows, cols): a 1 B Llama's feed-forward down matrix.
 const SHAPE: (usize, usize) = (2048, 8192);
 
 /// Each type with the byte offsets of the f16 scales in its ggml block, which get small
@@ -31,13 +31,16 @@ const TYPES: [(GgmlType, &[usize]); 7] = [
 fn main() {
     let mut args = std::env::args().skip(1);
     let n_tokens: usize = args.next().map_or(64, |s| s.parse().expect("TOKENS: a number"));
-    let only = args.next();
+    let only = args.next().filter(|t| t != "all");
     let isa = match args.next() {
         Some(name) => Isa::parse(&name).expect("ISA: avx512, avx2 or scalar"),
         None => [Isa::Avx512, Isa::Avx2].into_iter().find(|i| i.int8_available()).unwrap_or(Isa::Scalar),
     };
     assert!(isa.int8_available(), "this CPU has no int8 kernels for {}", isa.name());
-    let (rows, cols) = SHAPE;
+    let (rows, cols) = args.next().map_or(SHAPE, |s| {
+        let (r, c) = s.split_once('x').expect("ROWSxCOLS, e.g. 8192x2048");
+        (r.parse().expect("ROWS: a number"), c.parse().expect("COLS: a number"))
+    });
     println!("{n_tokens} tokens, 1 thread, {} kernels; median of 15 runs", isa.name());
     for (ty, scales) in TYPES {
         if only.as_deref().is_some_and(|o| o != ty.name()) {
