@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release --example int8_types_speed [-- TOKENS [TYPE [ISA [ROWSxCOLS]]]]`
 //! (default 64 tokens, every type, the best int8 ISA, 2048x8192; TYPE filters by name, e.g.
-//! `Q6_K`; ISA is `avx512`, `avx2` or `scalar`; `8192x2048` is the up and gate shape).
+//! `Q6_K`, or `all`; ISA is `avx512`, `avx2` or `scalar`; `8192x2048` is the up and gate
+//! shape).
 
 mod common;
 
