@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::int8::{int8_isas, random_acts, run};
+use common::int8::{int8_isas, random_acts, run, TOKENS};
 use common::Rng;
 
 use reprolm::kernels::packed::{pack_rows, pack_rows_in, packed_row_bytes, Layout};
@@ -20,7 +20,6 @@ const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
 /// splits in two calls.
 const SHAPES: [(usize, usize); 10] =
     [(1, 32), (7, 64), (33, 96), (2, 160), (3, 288), (24, 512), (3, 544), (40, 576), (3, 672), (37, 1536)];
-const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
 
 /// Random ggml rows of `ty` with finite, moderate scales (some negative) and random codes.
 fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {

@@ -6,7 +6,7 @@
 //! ggml's block definitions, independently of the crate's decoders. On random blocks and on
 //! the real Q4_K/Q6_K tensors of the Gemma 3 270M file (which has no Q5_K).
 
-use crate::common::int8::{check_against_definition, random_ggml_matrix};
+use crate::common::int8::{check_against_definition, random_ggml_matrix, TOKENS};
 use crate::common::{cached_model, Rng};
 
 use reprolm::gguf::GgufFile;
@@ -17,7 +17,6 @@ use reprolm::tensor::{dequantize_row, GgmlType};
 const TYPES: [GgmlType; 5] = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K];
 /// 1, 2, 3, 5, 8 and 17 super-blocks: last chunks of 8 groups (padded) and of 16.
 const SHAPES: [(usize, usize); 6] = [(1, 256), (7, 512), (33, 768), (3, 1280), (24, 2048), (5, 4352)];
-const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
 
 
 /// A row of ggml blocks decoded by ggml's definitions, per group of 32 values: integer codes

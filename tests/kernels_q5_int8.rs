@@ -6,7 +6,7 @@
 //! full, padded and narrow last chunks) and on the real Q5_0 tensors of the Gemma 3 270M
 //! file (640 columns: a narrow last chunk of 4 groups).
 
-use crate::common::int8::{check_against_definition, random_ggml_matrix};
+use crate::common::int8::{check_against_definition, random_ggml_matrix, TOKENS};
 use crate::common::{cached_model, Rng};
 
 use reprolm::gguf::GgufFile;
@@ -20,7 +20,6 @@ const TYPES: [GgmlType; 2] = [GgmlType::Q5_0, GgmlType::Q5_1];
 /// splits in two calls.
 const SHAPES: [(usize, usize); 11] =
     [(1, 32), (7, 64), (2, 128), (33, 160), (3, 288), (24, 512), (3, 544), (40, 576), (5, 640), (3, 672), (37, 1536)];
-const TOKENS: [usize; 9] = [1, 2, 3, 4, 5, 7, 17, 64, 70];
 
 
 fn f16(b: &[u8]) -> f32 {
