@@ -344,10 +344,11 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
 }
 
 /// Token blocks, then rows, then tiles of up to 2 rows x [`TILE_TOKENS`] tokens (as the f32
-/// kernels), or of 4 rows ([`IntLanes::FOUR_ROW_TILES`]) where a block has more tokens than
-/// one tile. There, if the ISA asks for it ([`IntLanes::prepares`]), the tile's rows have their
-/// chunks unpacked once for all the block's tiles ([`PreparedChunk`]); the sums are the same
-/// either way.
+/// kernels), or of 4 rows ([`IntLanes::FOUR_ROW_TILES`], except for the types with
+/// [`Kind::HALVES`]) where a block has more tokens than one tile. There, if the ISA asks for it
+/// ([`IntLanes::prepares`]), the tile's rows have their chunks unpacked once for all the
+/// block's tiles ([`PreparedChunk`]), in blocks of [`prepared_token_block`] tokens; the sums
+/// are the same either way.
 ///
 /// # Safety
 /// As for [`by_type`], with `K` the kind of `w.ty`.
