@@ -560,15 +560,9 @@ impl StreamAhead {
 
     /// For a walk through `bytes` (a thread's consecutive rows), ahead of its first byte.
     pub(crate) fn new(bytes: &[u8]) -> StreamAhead {
-        // The first DISTANCE bytes are left to the hardware prefetchers.
-        StreamAhead::leading(bytes, StreamAhead::DISTANCE)
-    }
-
-    /// For a walk through `bytes` that asks for its lines `lead` bytes ahead of its reading
-    /// position (the first `lead` bytes are not asked for).
-    pub(crate) fn leading(bytes: &[u8], lead: usize) -> StreamAhead {
         let p = bytes.as_ptr();
-        StreamAhead { next: p.wrapping_add(lead.min(bytes.len())), end: p.wrapping_add(bytes.len()) }
+        // The first DISTANCE bytes are left to the hardware prefetchers.
+        StreamAhead { next: p.wrapping_add(StreamAhead::DISTANCE.min(bytes.len())), end: p.wrapping_add(bytes.len()) }
     }
 
     /// The walk moves on by `bytes`: asks for the lines that bring the prefetched part that

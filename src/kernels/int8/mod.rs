@@ -344,11 +344,10 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
 }
 
 /// Token blocks, then rows, then tiles of up to 2 rows x [`TILE_TOKENS`] tokens (as the f32
-/// kernels), or of 4 rows ([`IntLanes::FOUR_ROW_TILES`], except for the types with
-/// [`Kind::HALVES`]) where a block has more tokens than one tile. There, if the ISA asks for it
-/// ([`IntLanes::prepares`]), the tile's rows have their chunks unpacked once for all the
-/// block's tiles ([`PreparedChunk`]), in blocks of [`prepared_token_block`] tokens; the sums
-/// are the same either way.
+/// kernels), or of 4 rows ([`IntLanes::FOUR_ROW_TILES`]) where a block has more tokens than
+/// one tile. There, if the ISA asks for it ([`IntLanes::prepares`]), the tile's rows have their
+/// chunks unpacked once for all the block's tiles ([`PreparedChunk`]); the sums are the same
+/// either way.
 ///
 /// # Safety
 /// As for [`by_type`], with `K` the kind of `w.ty`.
@@ -365,26 +364,16 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
         let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
         // [row of the tile][wide chunk]
         let mut prepared: Vec<PreparedChunk<D, K>> = Vec::new();
-        let token_block = if D::prepares::<K>() { prepared_token_block(w.cols) } else { TOKEN_BLOCK };
-        for t_block in (0..act.n_tokens).step_by(token_block) {
-            let tokens = t_block..(t_block + token_block).min(act.n_tokens);
+        for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
+            let tokens = t_block..(t_block + TOKEN_BLOCK).min(act.n_tokens);
             // More tokens than one tile takes: each row's chunks are unpacked once for all of
             // the block's tiles.
             let prepare = tokens.len() > TILE_TOKENS && D::prepares::<K>();
-            // 4 rows where the ISA takes them (not for the sub-block scaled types, whose two
-            // halves' sums would not fit its registers), else 2 or the last one.
-            let block_rows = if D::FOUR_ROW_TILES && !K::HALVES && tokens.len() > TILE_TOKENS { 4 } else { tile_rows };
-            let thread_rows = &w.data[rows.start * row_bytes..rows.end * row_bytes];
-            // Preparing tiles ask for the next block of rows while they compute on this one
-            // (a share of it per tile), so that its unpacking finds it in L2; the others walk
-            // the stream as they read the rows, in the block's first tile.
-            let tiles_per_block = tokens.len().div_ceil(TILE_TOKENS);
-            let ahead = &mut match prepare {
-                true => StreamAhead::leading(thread_rows, block_rows * row_bytes),
-                false => StreamAhead::new(thread_rows),
-            };
+            let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
+                // 4 rows where the ISA takes them and 4 remain, else 2 or the last one.
+                let block_rows = if D::FOUR_ROW_TILES && tokens.len() > TILE_TOKENS { 4 } else { tile_rows };
                 let nr = if block_rows <= rows.end - r { block_rows } else { tile_rows.min(rows.end - r) };
                 let row = w.data.as_ptr().add(r * row_bytes);
                 if act.n_tokens == 1 {
@@ -409,10 +398,7 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
                     let o = out.at(t * token_stride + r);
                     // The block's first tile over these rows reads them from memory: it walks
                     // the stream on; the others find them in the cache.
-                    if prepare {
-                        ahead.advance((nr * row_bytes).div_ceil(tiles_per_block));
-                    }
-                    let stream = if t == tokens.start && !prepare { Some(&mut *ahead) } else { None };
+                    let stream = if t == tokens.start { Some(&mut *ahead) } else { None };
                     let (c, s) = (w.cols, (token_stride, stream));
                     // (The 4-row tiles exist only for the ISAs that take them.)
                     t += if D::FOUR_ROW_TILES && nr == 4 {
@@ -439,16 +425,6 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
             }
         }
     }
-}
-
-/// Tokens per block of [`tiles`] where the tiles take prepared chunks: each block reads the
-/// matrix once and unpacks its chunks once, so narrower rows take more tokens, as many as
-/// keep the block's quantized activations within what [`TOKEN_BLOCK`] tokens of the widest
-/// rows (8192 values) take; from [`TOKEN_BLOCK`] to 4 times that, a multiple of
-/// [`TILE_TOKENS`].
-fn prepared_token_block(cols: usize) -> usize {
-    let tokens = (TOKEN_BLOCK * 8192 / cols.max(1)).clamp(TOKEN_BLOCK, 4 * TOKEN_BLOCK);
-    tokens / TILE_TOKENS * TILE_TOKENS
 }
 
 /// Pointers to the first token of a tile's quantized activations.
