@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
+use crate::gguf::{fingerprint, GgufFile};
 use crate::grammar::{Grammar, GrammarSpec, GrammarVocabulary};
 use crate::kernels::{Isa, Precision};
 use crate::decode::{self, Generation, GenerationSpec};
@@ -32,8 +32,8 @@ pub struct LoadedModel {
     pub transformer: Transformer,
     pub tokenizer: Arc<Tokenizer>,
     pool: ThreadPool,
-    /// The model file's fingerprint ([`crate::gguf::fingerprint`]), computed while loading.
-    fingerprint: u64,
+    /// The model file's fingerprint ([`crate::gguf::fingerprint`]), computed on first use.
+    fingerprint: OnceLock<u64>,
     /// The vocabulary as grammars see it, built on first use.
     grammar_vocabulary: OnceLock<GrammarVocabulary>,
 }
@@ -65,7 +65,7 @@ impl LoadedModel {
         }
         let config = ModelConfig::from_gguf(&file)?;
         let pool = ThreadPool::new(threads)?;
-        let (weights, fingerprint) = TransformerWeights::load(&file, &config, precision, &pool)?;
+        let weights = TransformerWeights::load(&file, &config, precision, &pool)?;
         let tokenizer = Tokenizer::from_spec(TokenizerSpec::from_gguf(&file)?)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(Error::Model(format!(
@@ -79,7 +79,7 @@ impl LoadedModel {
             transformer: Transformer { config, weights, isa },
             tokenizer: Arc::new(tokenizer),
             pool,
-            fingerprint,
+            fingerprint: OnceLock::new(),
             grammar_vocabulary: OnceLock::new(),
         })
     }
@@ -100,9 +100,13 @@ impl LoadedModel {
     }
 
     /// Identifies the model file: a 64-bit hash of all its bytes
-    /// ([`crate::gguf::fingerprint`]), computed from the bytes read while loading.
-    pub fn fingerprint(&self) -> u64 {
-        self.fingerprint
+    /// ([`crate::gguf::fingerprint`]), computed on the model's threads when first asked for.
+    pub fn fingerprint(&self) -> Result<u64> {
+        if let Some(&f) = self.fingerprint.get() {
+            return Ok(f);
+        }
+        let f = fingerprint::fingerprint_on(&self.file, &self.pool)?;
+        Ok(*self.fingerprint.get_or_init(|| f))
     }
 
     /// The default cache capacity: the model's context length, capped so that a cache of

@@ -47,12 +47,12 @@ impl Session {
     /// Writes this session's state to `path` (see the module docs for the format).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let bytes = self.state_bytes();
+        let bytes = self.state_bytes()?;
         write_atomically(path, |out| out.write_all(&bytes).map_err(|e| write_err(path, e)))
     }
 
     /// The bytes [`Session::save`] writes.
-    pub fn state_bytes(&self) -> Vec<u8> {
+    pub fn state_bytes(&self) -> Result<Vec<u8>> {
         let cfg = self.loaded.config();
         let cache = &self.cache;
         let (len, oldest) = cache.cursor();
@@ -62,7 +62,7 @@ impl Session {
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
-        out.extend_from_slice(&self.loaded.fingerprint().to_le_bytes());
+        out.extend_from_slice(&self.loaded.fingerprint()?.to_le_bytes());
         for v in [cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size] {
             out.extend_from_slice(&(v as u32).to_le_bytes());
         }
@@ -95,7 +95,7 @@ impl Session {
         }
         let checksum = xxh64(&out, 0);
         out.extend_from_slice(&checksum.to_le_bytes());
-        out
+        Ok(out)
     }
 
     /// Restores a session saved by [`Session::save`] for `engine`'s model.
@@ -133,11 +133,11 @@ impl Session {
             return Err(bad("unexpected header size"));
         }
         let fingerprint = u64::from_le_bytes(r.take(8)?.try_into().unwrap());
-        if fingerprint != loaded.fingerprint() {
+        let model_fingerprint = loaded.fingerprint()?;
+        if fingerprint != model_fingerprint {
             return Err(Error::StateModelMismatch(format!(
-                "saved with a model file of fingerprint {fingerprint:016x}, but {} has {:016x}",
+                "saved with a model file of fingerprint {fingerprint:016x}, but {} has {model_fingerprint:016x}",
                 loaded.file.path().display(),
-                loaded.fingerprint()
             )));
         }
         let cfg = loaded.config();

@@ -65,7 +65,7 @@ fn session_file_cannot_ask_for_a_huge_cache() {
     let mut bytes = b"RPLMSESS".to_vec();
     bytes.extend_from_slice(&1u32.to_le_bytes());
     bytes.extend_from_slice(&96u32.to_le_bytes());
-    bytes.extend_from_slice(&loaded.fingerprint().to_le_bytes());
+    bytes.extend_from_slice(&loaded.fingerprint().unwrap().to_le_bytes());
     for v in [cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size] {
         bytes.extend_from_slice(&(v as u32).to_le_bytes());
     }

@@ -221,6 +221,8 @@ impl BatchEngine {
             ));
         }
         let pool = BlockPool::new(loaded.config(), options.kv_dtype, options.kv_memory / block_bytes)?;
+        // The prefix cache's keys name the model file.
+        let fingerprint = loaded.fingerprint()?;
         let pool_blocks = pool.n_blocks();
         let inbox = Inbox { stats: EngineStats { kv_blocks_free: pool_blocks, ..EngineStats::default() }, ..Inbox::default() };
         let wakeup = Arc::new(Wakeup { inbox: Mutex::new(inbox), work: Condvar::new(), events: Condvar::new() });
@@ -228,7 +230,7 @@ impl BatchEngine {
             let (loaded, wakeup) = (Arc::clone(&loaded), Arc::clone(&wakeup));
             std::thread::Builder::new()
                 .name("reprolm-batch".into())
-                .spawn(move || scheduler::run(&loaded, options, pool, &wakeup))
+                .spawn(move || scheduler::run(&loaded, fingerprint, options, pool, &wakeup))
                 .map_err(|e| Error::EngineStopped(format!("cannot start the engine thread: {e}")))?
         };
         let generation = crate::threads::fork_generation();

@@ -74,8 +74,9 @@ struct Scheduler<'a> {
     last_events: Vec<(Arc<Channel>, Event)>,
 }
 
-/// The prefix cache for `engine`'s batch caches, if `options` give it room for a block.
-fn prefix_cache(loaded: &LoadedModel, options: &BatchOptions, block_bytes: usize) -> Option<PrefixCache> {
+/// The prefix cache for `engine`'s batch caches, if `options` give it room for a block;
+/// `fingerprint`: the model file's.
+fn prefix_cache(loaded: &LoadedModel, fingerprint: u64, options: &BatchOptions, block_bytes: usize) -> Option<PrefixCache> {
     if options.prefix_cache_bytes < block_bytes {
         return None;
     }
@@ -88,13 +89,14 @@ fn prefix_cache(loaded: &LoadedModel, options: &BatchOptions, block_bytes: usize
         KvDtype::F32 => 0u8,
         KvDtype::F16 => 1,
     };
-    let mut identity = loaded.fingerprint().to_le_bytes().to_vec();
+    let mut identity = fingerprint.to_le_bytes().to_vec();
     identity.extend_from_slice(&[precision, dtype]);
     Some(PrefixCache::new(&identity, block_bytes, options.prefix_cache_bytes))
 }
 
-/// The engine thread's loop: runs until the engine is dropped.
-pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, pool: BlockPool, wakeup: &Wakeup) {
+/// The engine thread's loop: runs until the engine is dropped. `fingerprint`: the model
+/// file's ([`LoadedModel::fingerprint`]).
+pub(super) fn run(loaded: &Arc<LoadedModel>, fingerprint: u64, options: BatchOptions, pool: BlockPool, wakeup: &Wakeup) {
     let eos = loaded.config().eos_id;
     let block_bytes = pool.memory().block_bytes();
     let mut s = Scheduler {
@@ -105,7 +107,7 @@ pub(super) fn run(loaded: &Arc<LoadedModel>, options: BatchOptions, pool: BlockP
         pool,
         scratch: Scratch::default(),
         totals: EngineStats::default(),
-        prefix_cache: prefix_cache(loaded, &options, block_bytes),
+        prefix_cache: prefix_cache(loaded, fingerprint, &options, block_bytes),
         last_events: Vec::new(),
     };
     loop {

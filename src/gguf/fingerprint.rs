@@ -1,11 +1,12 @@
 //! The model file's fingerprint: a hash of every byte of the file, defined over fixed pieces
-//! of it so that the loader can compute it from the bytes it reads anyway, in parallel, in one
-//! pass.
+//! of it so that threads can hash the pieces in parallel. It is computed when first asked for
+//! (saving or restoring a session), not while loading: a load reads only the quantized
+//! tensors, once, to pack them.
 //!
 //! The file is cut into **segments** ([`segments`]), a partition of `0..file_len` that depends
 //! on the file's tensor list only:
 //! - inside each tensor, runs of whole rows of at most [`SEGMENT_BYTES`] (one row if a row is
-//!   longer), counted from the tensor's first byte: exactly the pieces the loader packs;
+//!   longer), counted from the tensor's first byte (the runs the loader packs);
 //! - everything else (the header, metadata and tensor infos, alignment padding, the tensors
 //!   of types reprolm does not read, trailing bytes) in pieces of [`SEGMENT_BYTES`] from the
 //!   start of each gap between tensors.
@@ -19,6 +20,8 @@
 use std::ops::Range;
 
 use super::GgufFile;
+use crate::error::Result;
+use crate::threads::{Disjoint, ThreadPool};
 use crate::xxh64::xxh64;
 
 /// The most bytes in one segment, unless one tensor row is longer.
@@ -81,12 +84,30 @@ pub fn combine(segment_hashes: &[u64], file_len: usize) -> u64 {
     xxh64(&bytes, 0)
 }
 
-/// The fingerprint computed on its own, segment after segment (the loader computes the same
-/// number from the bytes it packs).
+/// The fingerprint, segment after segment on the calling thread.
 pub fn fingerprint(file: &GgufFile) -> u64 {
     let map = &file.map()[..];
     let hashes: Vec<u64> = segments(file).into_iter().map(|s| segment_hash(&map[s])).collect();
     combine(&hashes, map.len())
+}
+
+/// The fingerprint with the segments hashed in parallel on `pool`'s threads (the same number
+/// as [`fingerprint`]). Each segment's file pages are released once hashed, so that hashing
+/// a file does not leave all of it mapped in the process.
+pub fn fingerprint_on(file: &GgufFile, pool: &ThreadPool) -> Result<u64> {
+    let map = &file.map()[..];
+    let segments = segments(file);
+    let mut hashes = vec![0u64; segments.len()];
+    let out = Disjoint::new(&mut hashes[..]);
+    pool.install(|| {
+        pool.run(segments.len(), |i| {
+            let bytes = segments[i].clone();
+            // SAFETY: segment i alone writes hash i.
+            unsafe { out.slice(i..i + 1)[0] = segment_hash(&map[bytes.clone()]) };
+            file.release_bytes(bytes.start, bytes.len());
+        })
+    })?;
+    Ok(combine(&hashes, map.len()))
 }
 
 #[cfg(test)]
@@ -112,6 +133,18 @@ mod tests {
         for t in file.tensors() {
             assert!(segs.iter().any(|s| s.start == t.offset), "{} starts a segment", t.name);
             assert!(segs.iter().any(|s| s.end == t.offset + t.n_bytes), "{} ends a segment", t.name);
+        }
+    }
+
+    /// Any number of threads computes the sequential fingerprint, on every committed model.
+    #[test]
+    fn parallel_fingerprint_is_the_sequential_one() {
+        for name in ["tiny.Q4_K_M.gguf", "tiny.Q6_K.gguf", "tiny.Q8_0.gguf", "tiny.Q4_0.gguf"] {
+            let file = GgufFile::open(format!("{}/tests/data/synthetic/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+            let sequential = fingerprint(&file);
+            for threads in [1, 2, 3] {
+                assert_eq!(fingerprint_on(&file, &ThreadPool::new(threads).unwrap()).unwrap(), sequential, "{name}, {threads} threads");
+            }
         }
     }
 

@@ -1,7 +1,6 @@
 //! The model's tensors as typed views into the memory-mapped GGUF file.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -10,7 +9,7 @@ use memmap2::Mmap;
 use super::config::ModelConfig;
 use super::huge_pages::HugePageBytes;
 use crate::error::{Error, Result};
-use crate::gguf::fingerprint::{self, rows_per_segment};
+use crate::gguf::fingerprint::rows_per_segment;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_packed, layout_row_bytes, pack_rows_in, Layout};
 use crate::kernels::{MatRef, Precision, GROUP};
@@ -98,13 +97,12 @@ impl TransformerWeights {
     /// The weights, quantized matrices packed for `precision`'s kernels (on the calling
     /// thread).
     pub fn from_gguf_with(file: &GgufFile, cfg: &ModelConfig, precision: Precision) -> Result<TransformerWeights> {
-        Ok(TransformerWeights::load(file, cfg, precision, &ThreadPool::new(1)?)?.0)
+        TransformerWeights::load(file, cfg, precision, &ThreadPool::new(1)?)
     }
 
-    /// The weights, quantized matrices packed for `precision`'s kernels on `pool`'s threads,
-    /// and the file's fingerprint ([`fingerprint::fingerprint`]), computed from the same reads of the file
-    /// as the packing. The packed bytes are the same for any number of threads.
-    pub fn load(file: &GgufFile, cfg: &ModelConfig, precision: Precision, pool: &ThreadPool) -> Result<(TransformerWeights, u64)> {
+    /// The weights, quantized matrices packed for `precision`'s kernels on `pool`'s threads.
+    /// The packed bytes are the same for any number of threads.
+    pub fn load(file: &GgufFile, cfg: &ModelConfig, precision: Precision, pool: &ThreadPool) -> Result<TransformerWeights> {
         let layout = match precision {
             Precision::Float32 => Layout::Grouped,
             Precision::Int8 => Layout::Chunked,
@@ -165,8 +163,8 @@ impl TransformerWeights {
             }
         }
         let output_norm = loader.vector("output_norm.weight", d)?;
-        let (packed, file_fingerprint) = loader.pack_and_hash(pool, packed_bytes(file, layout))?;
-        let weights = TransformerWeights {
+        let packed = loader.pack(pool, packed_bytes(file, layout))?;
+        Ok(TransformerWeights {
             map: Arc::clone(file.map()),
             packed,
             precision,
@@ -175,8 +173,7 @@ impl TransformerWeights {
             output_norm,
             output,
             rope_freq_factors,
-        };
-        Ok((weights, file_fingerprint))
+        })
     }
 
     /// The matrix as the kernels see it.
@@ -230,7 +227,7 @@ impl TransformerWeights {
 
 /// Reads tensors from the file into [`Matrix`] and vector form. Quantized matrices are
 /// planned first (each gets its place in the packed memory) and packed together at the end
-/// ([`Loader::pack_and_hash`]), in parallel.
+/// ([`Loader::pack`]), in parallel.
 struct Loader<'a> {
     file: &'a GgufFile,
     /// Bytes of the packed memory the planned matrices take.
@@ -255,16 +252,6 @@ struct PackJob {
     file: Range<usize>,
     /// Offset of its packed rows in the packed memory: [rows][packed_row].
     packed_offset: usize,
-}
-
-/// One piece of the file the loading threads take: a segment of the fingerprint
-/// ([`fingerprint::segments`]), packed too if it holds rows of a quantized tensor.
-struct Piece {
-    bytes: Range<usize>,
-    /// Whether it is one of the fingerprint's segments (not only a run of rows to pack).
-    hashed: bool,
-    /// (job, first row) of the rows it holds, for a piece to pack.
-    rows_of: Option<(usize, usize)>,
 }
 
 impl Loader<'_> {
@@ -306,7 +293,7 @@ impl Loader<'_> {
     }
 
     /// Reserves the place of the tensor `info` (rows of `cols` values) packed in `layout` in
-    /// the packed memory, to be packed by [`Loader::pack_and_hash`]. Returns (offset, bytes
+    /// the packed memory, to be packed by [`Loader::pack`]. Returns (offset, bytes
     /// of one packed row).
     fn plan_packing(&self, info: &TensorInfo, layout: Layout, cols: usize) -> (usize, usize) {
         let (ty, row_bytes) = (info.ggml_type, info.ggml_type.row_bytes(cols));
@@ -318,79 +305,49 @@ impl Loader<'_> {
         (offset, packed_row)
     }
 
-    /// Packs every planned tensor into `capacity` bytes of huge-page memory and hashes every
-    /// segment of the file, in one parallel pass over the file's pieces on `pool`'s threads.
-    /// Each piece of a quantized tensor is hashed and packed while it is in the cache, then
-    /// its file pages are released: loading holds a few pieces of the file (one per thread)
-    /// beside the packed matrices, not a whole tensor (Gemma 3's embedding is 178 MB), and
-    /// reads each byte of the file once. Returns the packed memory and the fingerprint.
-    fn pack_and_hash(self, pool: &ThreadPool, capacity: usize) -> Result<(HugePageBytes, u64)> {
+    /// Packs every planned tensor into `capacity` bytes of huge-page memory, in parallel on
+    /// `pool`'s threads over runs of about 1 MiB of rows ([`rows_per_segment`]). Each run is
+    /// packed while it is in the cache, then its file pages are released: loading holds a few
+    /// runs of the file (one per thread) beside the packed matrices, not a whole tensor (Gemma
+    /// 3's embedding is 178 MB), and reads each byte of a quantized tensor once.
+    fn pack(self, pool: &ThreadPool, capacity: usize) -> Result<HugePageBytes> {
         let (file, jobs) = (self.file, self.jobs.into_inner());
         if self.packed_len.get() > capacity {
             return Err(Error::Internal("the packed matrices do not fit the packed weights sized from the tensor list".into()));
         }
         let mut memory = HugePageBytes::zeroed(capacity)?;
-        // The runs of rows of every job, keyed by their first byte in the file: (end, job, first row).
-        let mut runs: HashMap<usize, (usize, usize, usize)> = HashMap::new();
-        for (j, job) in jobs.iter().enumerate() {
-            let step = rows_per_segment(job.row_bytes);
-            let rows = job.file.len() / job.row_bytes;
-            for r in (0..rows).step_by(step) {
-                let start = job.file.start + r * job.row_bytes;
-                runs.insert(start, (start + (rows - r).min(step) * job.row_bytes, j, r));
-            }
-        }
-        let mut pieces: Vec<Piece> = fingerprint::segments(file)
-            .into_iter()
-            .map(|bytes| {
-                let rows_of = match runs.get(&bytes.start) {
-                    Some(&(end, j, r)) if end == bytes.end => Some((j, r)),
-                    _ => None,
-                };
-                if rows_of.is_some() {
-                    runs.remove(&bytes.start);
-                }
-                Piece { bytes, hashed: true, rows_of }
+        // (job, first row, rows) of every run.
+        let runs: Vec<(usize, usize, usize)> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(j, job)| {
+                let (step, rows) = (rows_per_segment(job.row_bytes), job.file.len() / job.row_bytes);
+                (0..rows).step_by(step).map(move |r| (j, r, step.min(rows - r)))
             })
             .collect();
-        // Runs of rows that are not a segment (only where tensors overlap in the file): packed
-        // on their own; the segments over their bytes read them again.
-        let mut rest: Vec<_> = runs.into_iter().collect();
-        rest.sort_unstable();
-        pieces.extend(rest.into_iter().map(|(start, (end, j, r))| Piece { bytes: start..end, hashed: false, rows_of: Some((j, r)) }));
-        let mut hashes = vec![0u64; pieces.len()];
         {
             let map = &file.map()[..];
             let packed = Disjoint::new(&mut memory[..]);
-            let hash_out = Disjoint::new(&mut hashes[..]);
             pool.install(|| {
-                pool.run(pieces.len(), |i| {
-                    let piece = &pieces[i];
-                    let src = &map[piece.bytes.clone()];
-                    if piece.hashed {
-                        // SAFETY: piece i alone writes hash i.
-                        unsafe { hash_out.slice(i..i + 1)[0] = fingerprint::segment_hash(src) };
-                    }
-                    if let Some((j, first_row)) = piece.rows_of {
-                        let job = &jobs[j];
-                        let start = job.packed_offset + first_row * job.packed_row;
-                        let n_bytes = src.len() / job.row_bytes * job.packed_row;
-                        // SAFETY: the jobs' packed ranges are disjoint (planned one after
-                        // another) and so are the runs of rows of one job: no two pieces write
-                        // the same bytes.
-                        let dst = unsafe { packed.slice(start..start + n_bytes) };
-                        pack_rows_in(job.ty, job.layout, job.cols, src, dst);
-                        file.release_bytes(piece.bytes.start, piece.bytes.len());
-                    }
+                pool.run(runs.len(), |i| {
+                    let (j, first_row, n_rows) = runs[i];
+                    let job = &jobs[j];
+                    let from = job.file.start + first_row * job.row_bytes;
+                    let src = &map[from..from + n_rows * job.row_bytes];
+                    let start = job.packed_offset + first_row * job.packed_row;
+                    // SAFETY: the jobs' packed ranges are disjoint (planned one after another)
+                    // and so are the runs of one job: no two runs write the same bytes.
+                    let dst = unsafe { packed.slice(start..start + n_rows * job.packed_row) };
+                    pack_rows_in(job.ty, job.layout, job.cols, src, dst);
+                    file.release_bytes(from, src.len());
                 })
             })?;
         }
         for job in &jobs {
-            // The pages that straddle two pieces, which a piece's release leaves.
+            // The pages that straddle two runs, which a run's release leaves.
             file.release_bytes(job.file.start, job.file.len());
         }
-        let segment_hashes: Vec<u64> = pieces.iter().zip(&hashes).filter(|(p, _)| p.hashed).map(|(_, &h)| h).collect();
-        Ok((memory, fingerprint::combine(&segment_hashes, file.map().len())))
+        Ok(memory)
     }
 
     /// The vector `name` of `len` values, dequantized to f32.
@@ -446,20 +403,17 @@ mod tests {
     }
 
     /// Loading on any number of threads packs every matrix into the bytes one call of its
-    /// packer over the whole tensor gives, and computes the fingerprint a sequential pass over
-    /// the file's segments computes.
+    /// packer over the whole tensor gives.
     #[test]
-    fn parallel_packing_gives_the_sequential_bytes_and_fingerprint() {
+    fn parallel_packing_gives_the_sequential_bytes() {
         for name in ["tiny.Q4_K_M.gguf", "tiny.Q6_K.gguf", "tiny.Q8_0.gguf", "tiny.Q4_0.gguf"] {
             let path = format!("{}/tests/data/synthetic/{name}", env!("CARGO_MANIFEST_DIR"));
             let file = GgufFile::open(&path).unwrap();
             let cfg = ModelConfig::from_gguf(&file).unwrap();
-            let expected_fingerprint = fingerprint::fingerprint(&file);
             for precision in [Precision::Float32, Precision::Int8] {
                 let mut packed_by_one_thread: Option<Vec<u8>> = None;
                 for threads in [1, 2, 3] {
-                    let (w, fp) = TransformerWeights::load(&file, &cfg, precision, &ThreadPool::new(threads).unwrap()).unwrap();
-                    assert_eq!(fp, expected_fingerprint, "{name} {precision:?} {threads} threads");
+                    let w = TransformerWeights::load(&file, &cfg, precision, &ThreadPool::new(threads).unwrap()).unwrap();
                     let mut n_packed = 0;
                     for m in matrices(&w) {
                         let Storage::Packed { layout, .. } = m.storage else { continue };

@@ -240,10 +240,11 @@ impl PyLoadedModel {
         self.loaded.n_threads()
     }
 
-    /// The model file's fingerprint: a 64-bit hash of all its bytes, computed while loading.
+    /// The model file's fingerprint: a 64-bit hash of all its bytes, computed when first
+    /// asked for.
     #[getter]
-    fn fingerprint(&self) -> u64 {
-        self.loaded.fingerprint()
+    fn fingerprint(&self) -> PyResult<u64> {
+        self.loaded.fingerprint().py()
     }
 
     /// Bytes of weights one decoded token reads, as the model holds them.
