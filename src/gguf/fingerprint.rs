@@ -1,6 +1,6 @@
 //! The model file's fingerprint: a hash of every byte of the file, defined over fixed pieces
 //! of it so that threads can hash the pieces in parallel. It is computed when first asked for
-//! (saving or restoring a session), not while loading: a load reads only the quantized
+//! (saving or restoring a session, starting the batch engine), not while loading: a load reads only the quantized
 //! tensors, once, to pack them.
 //!
 //! The file is cut into **segments** ([`segments`]), a partition of `0..file_len` that depends
@@ -70,12 +70,12 @@ pub fn segments(file: &GgufFile) -> Vec<Range<usize>> {
 }
 
 /// XXH64 of one segment's bytes.
-pub fn segment_hash(bytes: &[u8]) -> u64 {
+fn segment_hash(bytes: &[u8]) -> u64 {
     xxh64(bytes, 0)
 }
 
 /// The fingerprint from the hashes of all the file's segments in file order.
-pub fn combine(segment_hashes: &[u64], file_len: usize) -> u64 {
+fn combine(segment_hashes: &[u64], file_len: usize) -> u64 {
     let mut bytes = Vec::with_capacity(8 * segment_hashes.len() + 8);
     for h in segment_hashes {
         bytes.extend_from_slice(&h.to_le_bytes());
@@ -84,15 +84,8 @@ pub fn combine(segment_hashes: &[u64], file_len: usize) -> u64 {
     xxh64(&bytes, 0)
 }
 
-/// The fingerprint, segment after segment on the calling thread.
-pub fn fingerprint(file: &GgufFile) -> u64 {
-    let map = &file.map()[..];
-    let hashes: Vec<u64> = segments(file).into_iter().map(|s| segment_hash(&map[s])).collect();
-    combine(&hashes, map.len())
-}
-
-/// The fingerprint with the segments hashed in parallel on `pool`'s threads (the same number
-/// as [`fingerprint`]). Each segment's file pages are released once hashed, so that hashing
+/// The fingerprint, its segments hashed in parallel on `pool`'s threads (the same number for
+/// any thread count). Each segment's file pages are released once hashed, so that hashing
 /// a file does not leave all of it mapped in the process.
 pub fn fingerprint_on(file: &GgufFile, pool: &ThreadPool) -> Result<u64> {
     let map = &file.map()[..];
@@ -113,6 +106,13 @@ pub fn fingerprint_on(file: &GgufFile, pool: &ThreadPool) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fingerprint by its definition, segment after segment on the calling thread.
+    fn fingerprint(file: &GgufFile) -> u64 {
+        let map = &file.map()[..];
+        let hashes: Vec<u64> = segments(file).into_iter().map(|s| segment_hash(&map[s])).collect();
+        combine(&hashes, map.len())
+    }
 
     /// A committed K-quant model (Q4_K, Q6_K and F32 tensors).
     fn small_file() -> Vec<u8> {
