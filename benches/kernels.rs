@@ -44,7 +44,7 @@ fn bench(c: &mut Criterion) {
                     continue; // the LM head runs on one row in generation
                 }
                 let data = matrix(ty, rows, cols);
-                let m = MatRef { ty, rows, cols, data: &data };
+                let m = MatRef { ty, rows, cols, layout: Layout::Grouped, data: &data };
                 let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
                 let gl = group_sums_len(cols);
                 let mut gs = vec![0f32; n_tokens * gl];
@@ -80,7 +80,7 @@ fn bench(c: &mut Criterion) {
                 let ggml = ggml_matrix(ty, rows, cols);
                 let mut data = vec![0u8; rows * layout_row_bytes(ty, Layout::Chunked, cols)];
                 pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut data);
-                let m = MatRef { ty, rows, cols, data: &data };
+                let m = MatRef { ty, rows, cols, layout: Layout::Chunked, data: &data };
                 let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
                 let mut act = QuantizedRows::default();
                 act.quantize(isa, &x, cols, n_tokens);

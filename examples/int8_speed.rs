@@ -25,7 +25,7 @@ fn main() {
         let grouped = pack_rows(ty, cols, &ggml);
         let mut chunked = vec![0u8; grouped.len()];
         pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut chunked);
-        let (wf, wi) = (MatRef { ty, rows, cols, data: &grouped }, MatRef { ty, rows, cols, data: &chunked });
+        let (wf, wi) = (MatRef { ty, rows, cols, layout: Layout::Grouped, data: &grouped }, MatRef { ty, rows, cols, layout: Layout::Chunked, data: &chunked });
         let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
         let gl = group_sums_len(cols);
         let mut gs = vec![0f32; n_tokens * gl];

@@ -58,7 +58,7 @@ fn main() {
         }
         let mut packed = vec![0u8; rows * layout_row_bytes(ty, Layout::Chunked, cols)];
         pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut packed);
-        let w = MatRef { ty, rows, cols, data: &packed };
+        let w = MatRef { ty, rows, cols, layout: Layout::Chunked, data: &packed };
         let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
         let mut act = QuantizedRows::default();
         act.quantize(isa, &x, cols, n_tokens);

@@ -8,7 +8,7 @@
 use crate::common::{cached_model, Rng};
 
 use reprolm::gguf::GgufFile;
-use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows, packed_row_bytes};
+use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows, packed_row_bytes, Layout};
 use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, Activations, Isa, MatRef, Disjoint};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
@@ -55,7 +55,7 @@ fn matmuls_on_real_matrices_agree_across_isas_and_with_float64() {
         let cols = info.dims[0] as usize;
         let rows = (info.dims[1] as usize).min(96);
         let data = pack_rows(ty, cols, &file.tensor_bytes(info)[..rows * ty.row_bytes(cols)]);
-        let m = MatRef { ty, rows, cols, data: &data };
+        let m = MatRef { ty, rows, cols, layout: Layout::Grouped, data: &data };
         let mut w = vec![0f32; rows * cols];
         let pb = packed_row_bytes(ty, cols);
         for r in 0..rows {

@@ -5,7 +5,7 @@ use crate::common;
 
 use common::Rng;
 
-use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows, packed_row_bytes};
+use reprolm::kernels::packed::{dequantize_packed_row, is_packed, pack_rows, packed_row_bytes, Layout};
 use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, weighted_row_sum, Activations, Isa, MatRef, Disjoint};
 use reprolm::tensor::{dequantize_row, GgmlType};
 
@@ -84,7 +84,7 @@ fn matmul_paths_agree_bitwise_and_with_float64() {
         for &(rows, cols) in shapes.iter().filter(|s| s.1 % ty.block_size() == 0) {
             let ggml = random_matrix(&mut rng, ty, rows, cols);
             let (data, w) = prepare(ty, rows, cols, &ggml);
-            let m = MatRef { ty, rows, cols, data: &data };
+            let m = MatRef { ty, rows, cols, layout: Layout::Grouped, data: &data };
             for n_tokens in [1, 2, 3, 4, 5, 17, 70] {
                 let x: Vec<f32> = (0..n_tokens * cols).map(|_| rng.unit()).collect();
                 let gl = group_sums_len(cols);
@@ -121,7 +121,7 @@ fn weighted_row_sum_paths_agree_bitwise_and_with_float64() {
         for &(rows, cols) in &[(1, 32), (5, 64), (130, 64), (7, 128)] {
             let data = random_matrix(&mut rng, ty, rows, cols);
             let (_, v) = prepare(ty, rows, cols, &data);
-            let m = MatRef { ty, rows, cols, data: &data };
+            let m = MatRef { ty, rows, cols, layout: Layout::Grouped, data: &data };
             let weights: Vec<f32> = (0..rows).map(|_| rng.unit().abs()).collect();
             let mut scalar = vec![0f32; cols];
             weighted_row_sum(Isa::Scalar, &weights, &m, &mut scalar);

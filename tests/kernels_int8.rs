@@ -7,7 +7,7 @@ use crate::common;
 use common::int8::{int8_isas, random_acts, run, TOKENS};
 use common::Rng;
 
-use reprolm::kernels::packed::{pack_rows, pack_rows_in, packed_row_bytes, Layout};
+use reprolm::kernels::packed::{pack_rows, pack_rows_in, packed_row_bytes, reads_blocks_in_place, Layout};
 use reprolm::kernels::quantize_act::{code_offset, narrow_groups, QuantizedRows};
 use reprolm::kernels::{Isa, MatRef};
 use reprolm::tensor::{GgmlType, KernelGroup};
@@ -76,7 +76,7 @@ fn int8_paths_agree_bitwise_and_with_float64() {
             let grouped = pack_rows(ty, cols, &ggml);
             let mut chunked = vec![0u8; grouped.len()];
             pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut chunked);
-            let m = MatRef { ty, rows, cols, data: &chunked };
+            let m = MatRef { ty, rows, cols, layout: Layout::Chunked, data: &chunked };
             let rb = packed_row_bytes(ty, cols);
             let decoded: Vec<_> = (0..rows).map(|r| decode_row(ty, &grouped[r * rb..(r + 1) * rb], cols)).collect();
             for n_tokens in TOKENS {
@@ -86,6 +86,13 @@ fn int8_paths_agree_bitwise_and_with_float64() {
                 let scalar = run(Isa::Scalar, &m, &act);
                 for isa in int8_isas() {
                     assert!(run(isa, &m, &act) == scalar, "{} {rows}x{cols} T={n_tokens} on {}", ty.name(), isa.name());
+                }
+                // Q8_0 read in place from ggml's blocks: the same bits on every path.
+                if reads_blocks_in_place(ty) {
+                    let blocks = MatRef { layout: Layout::Blocks, data: &ggml, ..m };
+                    for isa in int8_isas() {
+                        assert!(run(isa, &blocks, &act) == scalar, "{} blocks {rows}x{cols} T={n_tokens} on {}", ty.name(), isa.name());
+                    }
                 }
                 // The same quantized arithmetic in float64: sum_g d_w d_x isum_g + m_w s_x. The
                 // f32 kernel rounds `dd = d_w d_x` once, then each lane accumulates k fused
@@ -209,6 +216,7 @@ fn check_quantizer_on(isa: Isa, cols: usize, q_stride: usize) {
                 let code = q.q[t * qs + code_offset(cols, 32 * g + j)] as i64;
                 let expected = if d == 0.0 { 0 } else { round_away(div_f32(v, d) as f64).clamp(-127, 127) };
                 assert_eq!(code, expected, "value {j} of group {g}, token {t}, {}: x = {v}, d = {d}", isa.name());
+                assert_eq!(q.grouped[t * cols + 32 * g + j] as i64, code, "grouped copy of value {j} of group {g}, token {t}");
                 if d != 0.0 && d.is_normal() && v.is_finite() {
                     // The code is the nearest integer to x / d, up to the rounding of the f32
                     // quotient (|x / d| <= 128, so at most 128 * 2^-24 off):

@@ -99,6 +99,10 @@ impl GgufFile {
         // SAFETY: the map is read-only; reprolm never writes through it. Another process
         // truncating the file while it is mapped is outside what any mmap reader can guard.
         let map = unsafe { Mmap::map(&file) }.map_err(io_err)?;
+        // Weights read in place stream from this map on every token: ask for its page cache to
+        // be filled with huge pages (fewer TLB misses); pages the cache holds already stay as
+        // they are, and a kernel without file huge pages ignores the advice.
+        let _ = map.advise(memmap2::Advice::HugePage);
         Self::parse(path, Arc::new(map))
     }
 

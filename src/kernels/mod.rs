@@ -20,6 +20,7 @@ use std::ops::Range;
 use groups::{Bf16Group, F16Group, F32Group, Groups, I8Codes, NibbleCodes, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
 pub use int8::matmul_rows_int8;
 pub use lanes::{Lanes16, Scalar16};
+use packed::Layout;
 pub use quantize_act::QuantizedRows;
 pub use crate::threads::Disjoint;
 
@@ -137,19 +138,22 @@ impl Precision {
 }
 
 /// A borrowed weight matrix: `rows` rows of `cols` values of type `ty`, quantized types in
-/// the packed layout of [`packed`], float types as ggml stores them.
+/// one of the layouts of [`packed`], float types as ggml stores them.
 #[derive(Clone, Copy)]
 pub struct MatRef<'a> {
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
-    /// [rows][ty.row_bytes(cols)]
+    /// How a quantized row's bytes are ordered: `Grouped` for the float32 kernels (and for
+    /// float types, which it does not concern), `Chunked` or `Blocks` for the int8 kernels.
+    pub layout: Layout,
+    /// [rows][packed::layout_row_bytes(ty, layout, cols)]
     pub data: &'a [u8],
 }
 
 impl MatRef<'_> {
     /// Bytes of one row in the float32 kernels' layout ([`packed::packed_row_bytes`]; the
-    /// int8 kernels' rows are [`packed::layout_row_bytes`] with [`packed::Layout::Chunked`]).
+    /// int8 kernels' rows are [`packed::layout_row_bytes`] of the matrix's layout).
     pub fn row_bytes(&self) -> usize {
         packed::packed_row_bytes(self.ty, self.cols)
     }
@@ -203,7 +207,7 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert_eq!(w.cols, act.cols);
     check_out(&out, token_stride, act.n_tokens, &rows);
     assert!(w.cols.is_multiple_of(GROUP) && rows.end <= w.rows);
-    assert_eq!(w.data.len(), w.rows * w.row_bytes());
+    assert!(w.layout == Layout::Grouped && w.data.len() == w.rows * w.row_bytes());
     assert!(act.x.len() >= act.n_tokens * act.cols);
     assert!(w.ty.kernel() != KernelGroup::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
     assert!(isa.available(), "the {} kernels cannot run on this CPU", isa.name());

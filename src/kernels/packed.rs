@@ -1,4 +1,4 @@
-//! The packed row layout of quantized matrices, built once at load.
+//! The packed row layouts of quantized matrices, built once at load.
 //!
 //! ggml interleaves each block's f16 scale (and offset) with its codes. The kernels want
 //! the codes of a row contiguous and the row's scales together, so they can convert 16
@@ -38,12 +38,15 @@
 //! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
 //! Scales and offsets are unchanged.
 //!
+//! Q8_0 needs no packing for the int8 kernels: they read its ggml blocks in place
+//! ([`Layout::Blocks`], [`reads_blocks_in_place`]), and its matrices are used from the file map.
+//!
 //! The types of [`has_own_int8_layout`] (Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, Q5_0, Q5_1) have a chunked
 //! layout of their own, packed straight from ggml's blocks and exactly as large
 //! ([`super::kquant`], [`super::kquant_low`], [`super::q5`]); their grouped layout (float32)
 //! is the one above (decoded groups, or Q8_0's for Q5_0).
 
-use crate::tensor::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, Codes, GgmlType, Group, GroupFormat, KernelGroup, QK};
+use crate::tensor::{as_blocks, dequantize_row, BlockQ4_0, BlockQ4_1, BlockQ8_0, Codes, GgmlType, Group, GroupFormat, KernelGroup, QK};
 
 /// Whether matrices of this type are repacked (the quantized ones) or used as stored.
 pub fn is_packed(ty: GgmlType) -> bool {
@@ -70,9 +73,9 @@ pub fn is_kquant_int8(ty: GgmlType) -> bool {
 }
 
 /// Bytes of one row of `cols` values packed in `layout`: [`packed_row_bytes`], except for the
-/// int8 layouts of [`has_own_int8_layout`], which take exactly ggml's bytes.
+/// int8 layouts of [`has_own_int8_layout`] and ggml's blocks, which take exactly ggml's bytes.
 pub fn layout_row_bytes(ty: GgmlType, layout: Layout, cols: usize) -> usize {
-    if layout == Layout::Chunked && has_own_int8_layout(ty) {
+    if layout == Layout::Blocks || (layout == Layout::Chunked && has_own_int8_layout(ty)) {
         ty.row_bytes(cols)
     } else {
         packed_row_bytes(ty, cols)
@@ -97,6 +100,7 @@ pub fn pack_rows_in(ty: GgmlType, layout: Layout, cols: usize, ggml: &[u8], out:
             }
         }
         Layout::Grouped => pack_rows_into(ty, cols, ggml, out),
+        Layout::Blocks => out.copy_from_slice(ggml),
     }
 }
 
@@ -265,6 +269,16 @@ pub enum Layout {
     Grouped,
     /// Chunks of 16 groups, interleaved 4 bytes at a time (the int8 kernels).
     Chunked,
+    /// ggml's blocks as the file stores them, which the int8 kernels read in place for the
+    /// types of [`reads_blocks_in_place`]: nothing is packed.
+    Blocks,
+}
+
+/// The types whose int8 kernels read ggml's blocks in place ([`Layout::Blocks`]): Q8_0, whose
+/// block (an f16 scale, then 32 signed codes) the kernels transpose into the chunked order
+/// as they read it, so at int8 its matrices are used straight from the file map.
+pub fn reads_blocks_in_place(ty: GgmlType) -> bool {
+    ty == GgmlType::Q8_0
 }
 
 /// Groups per chunk of the chunked layout.
@@ -350,6 +364,9 @@ pub fn dequantize_packed_row(ty: GgmlType, row: &[u8], out: &mut [f32]) {
 /// [`dequantize_packed_row`] for a row in either layout.
 pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &mut [f32]) {
     assert!(is_packed(ty) && row.len() == layout_row_bytes(ty, layout, out.len()));
+    if layout == Layout::Blocks {
+        return dequantize_row(ty, row, out);
+    }
     let groups = out.len() / QK;
     if layout == Layout::Chunked && has_own_int8_layout(ty) {
         for (g, o) in out.chunks_exact_mut(QK).enumerate() {
@@ -377,6 +394,7 @@ pub fn dequantize_packed_row_in(ty: GgmlType, layout: Layout, row: &[u8], out: &
     let code = |g: usize, b: usize| match layout {
         Layout::Grouped => row[g * cb + b],
         Layout::Chunked => row[chunked_code_offset(cb, groups, g, b)],
+        Layout::Blocks => unreachable!("returned above"),
     };
     let scales = &row[groups * cb..];
     let f16 = |bytes: &[u8], g: usize| half::f16::from_le_bytes([bytes[2 * g], bytes[2 * g + 1]]).to_f32();

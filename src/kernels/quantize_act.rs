@@ -98,6 +98,9 @@ pub struct QuantizedRows {
     pub tail_d: Vec<f32>,
     /// [n_tokens][16] narrow chunk: sum of lane `L`'s 8 codes (zero past the groups)
     pub tail_sum: Vec<i32>,
+    /// [n_tokens][cols] the same codes in group order (group `g`'s 32 codes at `32 g`), which
+    /// a one-token kernel over ggml's blocks read in place dots directly
+    pub grouped: Vec<i8>,
 }
 
 impl QuantizedRows {
@@ -134,6 +137,7 @@ impl QuantizedRows {
         grow(&mut self.hsum, n_tokens * ls, 0);
         grow(&mut self.tail_d, n_tokens * CHUNK_GROUPS, 0.0);
         grow(&mut self.tail_sum, n_tokens * CHUNK_GROUPS, 0);
+        grow(&mut self.grouped, n_tokens * cols, 0);
         RowWriter {
             q: Disjoint::new(&mut self.q),
             d: Disjoint::new(&mut self.d),
@@ -142,6 +146,7 @@ impl QuantizedRows {
             hsum: Disjoint::new(&mut self.hsum),
             tail_d: Disjoint::new(&mut self.tail_d),
             tail_sum: Disjoint::new(&mut self.tail_sum),
+            grouped: Disjoint::new(&mut self.grouped),
             cols,
             n_tokens,
         }
@@ -158,6 +163,7 @@ pub struct RowWriter<'a> {
     hsum: Disjoint<'a, i32>,
     tail_d: Disjoint<'a, f32>,
     tail_sum: Disjoint<'a, i32>,
+    grouped: Disjoint<'a, i8>,
     cols: usize,
     n_tokens: usize,
 }
@@ -223,7 +229,8 @@ impl RowWriter<'_> {
                 let (d, s, qsum) = (self.d.slice(t * ls..(t + 1) * ls), self.s.slice(t * ls..(t + 1) * ls), self.qsum.slice(t * ls..(t + 1) * ls));
                 let hsum = self.hsum.slice(t * ls..(t + 1) * ls);
                 let (tail_d, tail_sum) = (self.tail_d.slice(t * cg..(t + 1) * cg), self.tail_sum.slice(t * cg..(t + 1) * cg));
-                quantize_row::<AVX512>(row, q, d, s, [qsum, hsum], tail_d, tail_sum);
+                let grouped = self.grouped.slice(t * cols..(t + 1) * cols);
+                quantize_row::<AVX512>(row, [q, grouped], d, s, [qsum, hsum], tail_d, tail_sum);
             }
         }
     }
@@ -233,8 +240,8 @@ impl RowWriter<'_> {
 /// groups by [`x86::quantize_group`] if `AVX512` (inlined into an AVX-512 caller), else by
 /// [`quantize_group`].
 #[inline(always)]
-fn quantize_row<const AVX512: bool>(row: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], sums: [&mut [i32]; 2], tail_d: &mut [f32], tail_sum: &mut [i32]) {
-    let [qsum, hsum] = sums;
+fn quantize_row<const AVX512: bool>(row: &[f32], codes_out: [&mut [i8]; 2], d: &mut [f32], s: &mut [f32], sums: [&mut [i32]; 2], tail_d: &mut [f32], tail_sum: &mut [i32]) {
+    let ([q, grouped], [qsum, hsum]) = (codes_out, sums);
     let cols = row.len();
     // Padding of the last chunk.
     let wide = wide_chunks(cols);
@@ -252,6 +259,7 @@ fn quantize_row<const AVX512: bool>(row: &[f32], q: &mut [i8], d: &mut [f32], s:
         let (codes, dg) = if AVX512 { unsafe { x86::quantize_group(values) } } else { quantize_group(values) };
         #[cfg(not(target_arch = "x86_64"))]
         let (codes, dg) = quantize_group(values);
+        grouped[GROUP * g..GROUP * (g + 1)].copy_from_slice(&codes);
         let (c, l) = (g / CHUNK_GROUPS, g % CHUNK_GROUPS);
         if c < wide {
             // Word k (codes 4k..4k + 4) goes to lane l of word k of the chunk.

@@ -34,6 +34,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::kernels::packed::Layout;
 use crate::kernels::MatRef;
 use crate::model::config::ModelConfig;
 use super::kv_memory::KvMemory;
@@ -417,7 +418,7 @@ impl KvCache {
         let (k, v) = unsafe { self.memory.rows(layer, kv_head, slots) };
         let ty = self.dtype().ggml();
         let cols = self.memory.head_dim();
-        (MatRef { ty, rows: n, cols, data: k }, MatRef { ty, rows: n, cols, data: v })
+        (MatRef { ty, rows: n, cols, layout: Layout::Grouped, data: k }, MatRef { ty, rows: n, cols, layout: Layout::Grouped, data: v })
     }
 
     /// Slots that hold data worth saving: `min(len, capacity)` (later slots are either never

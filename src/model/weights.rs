@@ -11,7 +11,7 @@ use super::huge_pages::HugePageBytes;
 use crate::error::{Error, Result};
 use crate::gguf::fingerprint::rows_per_segment;
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_packed, layout_row_bytes, pack_rows_in, Layout};
+use crate::kernels::packed::{dequantize_packed_row_in, is_int8_packable, is_packed, layout_row_bytes, pack_rows_in, reads_blocks_in_place, Layout};
 use crate::kernels::{MatRef, Precision, GROUP};
 use crate::tensor::{dequantize_row, GgmlType};
 use crate::threads::{Disjoint, ThreadPool};
@@ -29,8 +29,10 @@ pub struct Matrix {
 /// Where a matrix's bytes live.
 #[derive(Debug, Clone)]
 enum Storage {
-    /// Float types, used in place: a byte range of the file map.
-    Mapped { offset: usize, n_bytes: usize },
+    /// Used in place: a byte range of the file map. Float types (`Grouped`: the float32
+    /// kernels read them as stored) and, at int8, the types whose kernels read ggml's blocks
+    /// (`Blocks`, [`reads_blocks_in_place`]).
+    Mapped { offset: usize, n_bytes: usize, layout: Layout },
     /// Quantized types, repacked at load (`kernels::packed`): [rows][row bytes], codes in
     /// the grouped layout (f32 kernels) or the chunked one (int8 kernels); a byte range of
     /// the model's packed weights.
@@ -178,11 +180,11 @@ impl TransformerWeights {
 
     /// The matrix as the kernels see it.
     pub fn mat<'a>(&'a self, m: &'a Matrix) -> MatRef<'a> {
-        let data = match &m.storage {
-            Storage::Mapped { offset, n_bytes } => &self.map[*offset..*offset + *n_bytes],
-            Storage::Packed { offset, n_bytes, .. } => &self.packed[*offset..*offset + *n_bytes],
+        let (data, layout) = match m.storage {
+            Storage::Mapped { offset, n_bytes, layout } => (&self.map[offset..offset + n_bytes], layout),
+            Storage::Packed { offset, n_bytes, layout } => (&self.packed[offset..offset + n_bytes], layout),
         };
-        MatRef { ty: m.ty, rows: m.rows, cols: m.cols, data }
+        MatRef { ty: m.ty, rows: m.rows, cols: m.cols, layout, data }
     }
 
     pub fn precision(&self) -> Precision {
@@ -206,9 +208,10 @@ impl TransformerWeights {
         n
     }
 
-    /// Whether the int8 kernels run this matrix (quantized, packed in the chunked layout).
+    /// Whether the int8 kernels run this matrix (quantized, packed in the chunked layout or
+    /// read in ggml's blocks).
     pub fn is_int8(&self, m: &Matrix) -> bool {
-        matches!(m.storage, Storage::Packed { layout: Layout::Chunked, .. })
+        matches!(self.mat(m).layout, Layout::Chunked | Layout::Blocks)
     }
 
     /// Row `r` of a matrix dequantized into `out` (embedding lookup), with the values of
@@ -216,7 +219,7 @@ impl TransformerWeights {
     pub fn dequantize_matrix_row(&self, m: &Matrix, r: usize, out: &mut [f32]) {
         let mat = self.mat(m);
         match m.storage {
-            Storage::Mapped { .. } => dequantize_row(m.ty, &mat.data[r * mat.row_bytes()..(r + 1) * mat.row_bytes()], out),
+            Storage::Mapped { .. } => dequantize_row(m.ty, &mat.data[r * m.ty.row_bytes(m.cols)..(r + 1) * m.ty.row_bytes(m.cols)], out),
             Storage::Packed { layout, .. } => {
                 let rb = layout_row_bytes(m.ty, layout, m.cols);
                 dequantize_packed_row_in(m.ty, layout, &mat.data[r * rb..(r + 1) * rb], out)
@@ -274,17 +277,15 @@ impl Loader<'_> {
         }
         let ty = info.ggml_type;
         let row_bytes = ty.row_bytes(cols);
-        // Types the int8 kernels cannot read run the float32 kernels in either precision
-        // (kept in the grouped layout).
-        let layout = if is_int8_packable(ty) { self.layout } else { Layout::Grouped };
+        let layout = matrix_layout(ty, self.layout);
         // The whole tensor's packed rows, one after another: part k is a run of them.
-        let packed = is_packed(ty).then(|| self.plan_packing(info, layout, cols));
+        let packed = (is_packed(ty) && layout != Layout::Blocks).then(|| self.plan_packing(info, layout, cols));
         let mut first = 0;
         let mut parts = Vec::with_capacity(N);
         for n in rows {
             let storage = match packed {
                 Some((offset, packed_row)) => Storage::Packed { offset: offset + first * packed_row, n_bytes: n * packed_row, layout },
-                None => Storage::Mapped { offset: info.offset + first * row_bytes, n_bytes: n * row_bytes },
+                None => Storage::Mapped { offset: info.offset + first * row_bytes, n_bytes: n * row_bytes, layout },
             };
             first += n;
             parts.push(Matrix { name: name.into(), ty, rows: n, cols, storage });
@@ -369,10 +370,23 @@ fn packed_bytes(file: &GgufFile, layout: Layout) -> usize {
         .map(|t| {
             let cols = t.dims[0] as usize;
             let rows: usize = t.dims[1..].iter().map(|&d| d as usize).product();
-            let layout = if is_int8_packable(t.ggml_type) { layout } else { Layout::Grouped };
-            rows * layout_row_bytes(t.ggml_type, layout, cols)
+            match matrix_layout(t.ggml_type, layout) {
+                Layout::Blocks => 0,
+                layout => rows * layout_row_bytes(t.ggml_type, layout, cols),
+            }
         })
         .sum()
+}
+
+/// The layout of a matrix of type `ty` for the precision's layout `precision_layout`: types the
+/// int8 kernels cannot read run the float32 kernels in either precision (grouped), and those
+/// they read in ggml's blocks are not packed at all (used from the file map).
+fn matrix_layout(ty: GgmlType, precision_layout: Layout) -> Layout {
+    match precision_layout {
+        Layout::Chunked if reads_blocks_in_place(ty) => Layout::Blocks,
+        Layout::Chunked if is_int8_packable(ty) => Layout::Chunked,
+        _ => Layout::Grouped,
+    }
 }
 
 fn tensor<'a>(file: &'a GgufFile, name: &str) -> Result<&'a TensorInfo> {

@@ -85,7 +85,7 @@ pub fn check_against_definition<D>(
         dequantize_packed_row_in(ty, Layout::Chunked, &packed[r * pb..(r + 1) * pb], &mut b);
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{what}: row {r} dequantized");
     }
-    let m = MatRef { ty, rows, cols, data: &packed };
+    let m = MatRef { ty, rows, cols, layout: Layout::Chunked, data: &packed };
     let decoded: Vec<D> = (0..rows).map(|r| decode(&ggml[r * rb..(r + 1) * rb])).collect();
     for &n_tokens in tokens {
         let x = random_acts(rng, n_tokens, cols);

@@ -3,6 +3,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::kinds::Q8_0_BLOCK;
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind, PreparedChunk};
 use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER};
 use crate::kernels::lanes::{Avx512, Lanes16};
@@ -136,8 +137,151 @@ unsafe fn first_lanes(v: __m512, n: usize) -> __m512 {
     }
 }
 
+/// Where code word `j` (bytes `4j..4j + 4`) of block `b` of a Q8_0 chunk sits after stage
+/// `stage` of [`Vnni::q8_blocks`]'s transposition: (register, i32 lane). Stage 0 is the loads
+/// (register `k` holds blocks `2k` and `2k + 1`), stage 3 the chunked order (register `j`, lane
+/// `b`); each stage in between moves one bit of `b` out of the lane index into the register
+/// index and one bit of `j` the other way.
+const fn q8_place(stage: usize, b: usize, j: usize) -> (usize, usize) {
+    match stage {
+        0 => (b / 2, (b % 2) * 8 + j),
+        1 => ((b / 4) * 2 + j % 2, (b % 4) * 4 + j / 2),
+        2 => ((b / 8) * 4 + j % 4, (b % 8) * 2 + j / 4),
+        _ => (j, b),
+    }
+}
+
+/// Stage `stage` (1 to 3) of the transposition as `vpermt2d`s: for each output register, its
+/// two source registers of the stage before and the lane indices (bit 4 set: the second
+/// source). Each output register takes its 16 values from exactly two source registers (the
+/// placement above moves one bit each way).
+const fn q8_stage(stage: usize) -> [(usize, usize, [i32; 16]); 8] {
+    let mut out = [(usize::MAX, usize::MAX, [0i32; 16]); 8];
+    let mut b = 0;
+    while b < 16 {
+        let mut j = 0;
+        while j < 8 {
+            let ((v, i), (pv, pl)) = (q8_place(stage, b, j), q8_place(stage - 1, b, j));
+            let o = &mut out[v];
+            if o.0 == usize::MAX || o.0 == pv {
+                o.0 = pv;
+                o.2[i] = pl as i32;
+            } else {
+                assert!(o.1 == usize::MAX || o.1 == pv, "two sources per register");
+                o.1 = pv;
+                o.2[i] = pl as i32 + 16;
+            }
+            j += 1;
+        }
+        b += 1;
+    }
+    out
+}
+
+/// Lane indices of stage `stage` (1 to 3) of [`q8_blocks_dots`]' reduction, which adds two
+/// two-source permutations of a pair of registers. Each source holds `G = 1 << stage` groups
+/// of `P = 16 / G` partial sums (lane `q P + p`); the result holds the `2 G` groups of both
+/// (the first source's, then the second's) with `P / 2` partials each, lane `q P / 2 + p`
+/// taking partial `p` (`low`) or `p + P / 2` (not `low`) of its group. Bit 4 of an index
+/// selects the second source.
+const fn q8_reduce_index(stage: u32, low: bool) -> [i32; 16] {
+    let g = 1usize << stage;
+    let half = 16 / g / 2;
+    let mut idx = [0i32; 16];
+    let mut lane = 0;
+    while lane < 16 {
+        let (q, p) = (lane / half, lane % half);
+        let source = if q < g { 0 } else { 16 };
+        idx[lane] = (source + (q % g) * 2 * half + p + if low { 0 } else { half }) as i32;
+        lane += 1;
+    }
+    idx
+}
+
+/// Stage `stage` of [`q8_blocks_dots`]' reduction on the register pair `a`, `b`.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[inline(always)]
+unsafe fn q8_reduce_pair<const STAGE: u32>(a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: the CPU has AVX-512F (this function's precondition).
+    unsafe {
+        let (lo, hi) = (const { q8_reduce_index(STAGE, true) }, const { q8_reduce_index(STAGE, false) });
+        let lo = _mm512_permutex2var_epi32(a, _mm512_loadu_epi32(lo.as_ptr()), b);
+        _mm512_add_epi32(lo, _mm512_permutex2var_epi32(a, _mm512_loadu_epi32(hi.as_ptr()), b))
+    }
+}
+
+/// One token's integer sums (step 1) of a full chunk of 16 Q8_0 blocks at `blocks` against
+/// the chunk's activation codes in group order (`xg`, 512 bytes) with their 16 code sums
+/// `qsum`: each pair of blocks against 64 activation bytes by one `vpdpbusd` (codes biased as
+/// `q8` biases them), then the 8 partial sums of each group added by three stages of
+/// permutations into lane `l` = group `l`, and the bias times `qsum` subtracted. The sums are
+/// exact, so they are `dot_q8`'s on the transposed codes.
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW, VNNI); `blocks` must be valid for 16 blocks, `xg` for
+/// 512 bytes and `qsum` for 16 i32.
+#[inline(always)]
+unsafe fn q8_blocks_dots(blocks: *const u8, xg: *const i8, qsum: *const i32) -> Vnni {
+    // SAFETY: the CPU has AVX-512 (F, BW, VNNI), and the loads stay within the 16 blocks'
+    // codes, the 512 activation bytes and the 16 sums (this function's precondition).
+    unsafe {
+        let bias = _mm512_set1_epi8(0x80u8 as i8);
+        let codes = |b: usize| _mm256_loadu_si256(blocks.add(Q8_0_BLOCK * b + 2).cast());
+        // Register k: lanes 0..8 the partial sums of group 2k, lanes 8..16 of group 2k + 1.
+        let s: [__m512i; 8] = per_index!(8, |k| {
+            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(codes(2 * k)), codes(2 * k + 1));
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, bias), _mm512_loadu_si512(xg.add(64 * k).cast()))
+        });
+        let s: [__m512i; 4] = per_index!(4, |k| q8_reduce_pair::<1>(s[2 * k], s[2 * k + 1]));
+        let s: [__m512i; 2] = per_index!(2, |k| q8_reduce_pair::<2>(s[2 * k], s[2 * k + 1]));
+        let sums = q8_reduce_pair::<3>(s[0], s[1]);
+        Vnni(_mm512_sub_epi32(sums, _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 7)))
+    }
+}
+
+/// The three stages of [`Vnni::q8_blocks`]'s transposition.
+const Q8_STAGES: [[(usize, usize, [i32; 16]); 8]; 3] = [q8_stage(1), q8_stage(2), q8_stage(3)];
+
 impl IntLanes for Vnni {
     type F = Avx512;
+    /// A full chunk: the 16 blocks' code bytes loaded two blocks per register, then moved into
+    /// the chunked order by three stages of two-source permutations ([`q8_place`]), then
+    /// biased as `q8` biases them. A partial last chunk takes the default copy.
+    #[inline(always)]
+    unsafe fn q8_blocks(blocks: *const u8, n: usize) -> Self::Q8 {
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `blocks` is valid for `n` blocks
+        // (the `IntLanes` contract); the loads read the 32 code bytes of blocks `0..16`.
+        unsafe {
+            if n < 16 {
+                return Self::q8(super::kinds::chunk_from_blocks(blocks, n).as_ptr(), n);
+            }
+            let codes = |b: usize| _mm256_loadu_si256(blocks.add(Q8_0_BLOCK * b + 2).cast());
+            let mut r: [__m512i; 8] = per_index!(8, |k| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(codes(2 * k)), codes(2 * k + 1)));
+            for stage in &Q8_STAGES {
+                r = per_index!(8, |v| {
+                    let (a, b, idx) = &stage[v];
+                    _mm512_permutex2var_epi32(r[*a], _mm512_loadu_epi32(idx.as_ptr()), r[*b])
+                });
+            }
+            let bias = _mm512_set1_epi8(0x80u8 as i8);
+            r.map(|w| _mm512_xor_si512(w, bias))
+        }
+    }
+    /// One gather of the blocks' first 4 bytes, narrowed to their low 16 bits (the scale).
+    #[inline(always)]
+    unsafe fn q8_block_scales(blocks: *const u8, n: usize) -> Avx512 {
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `blocks` is valid for `n` blocks
+        // (the `IntLanes` contract); the gather reads 4 bytes at the start of each of them.
+        unsafe {
+            let b = Q8_0_BLOCK as i32;
+            let offsets = _mm512_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b, 8 * b, 9 * b, 10 * b, 11 * b, 12 * b, 13 * b, 14 * b, 15 * b);
+            let mask = if n == 16 { 0xFFFF } else { ((1u32 << n) - 1) as __mmask16 };
+            let words = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, offsets, blocks.cast());
+            Avx512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)))
+        }
+    }
     /// The trait's arithmetic in vectors: the 6-bit integers of both headers unpacked at once
     /// ([`q4k_scales_mins_x2`]), the f16 scales by `vcvtph2ps`, the (exact) products, the sign
     /// flipped.
@@ -401,11 +545,17 @@ impl IntLanes for Vnni {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `rows`, `d_ptr` and `x` cover chunk
         // `c` of the tile as `wide_chunk_dots` asks (the `IntLanes` contract).
         unsafe {
+            let g0 = c * CHUNK_GROUPS;
+            let n = (groups - g0).min(CHUNK_GROUPS);
+            if K::BLOCKS && NR == 1 && NT == 1 && n == CHUNK_GROUPS {
+                let isum = q8_blocks_dots(rows[0].add(g0 * Q8_0_BLOCK), x.grouped.add(g0 * 32), x.qsum.add(g0));
+                let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
+                acc[0][0] = scale_add::<Avx512, K>(acc[0][0], isum.to_f32(), dw[0], Avx512::load(x.d.add(g0)), mw[0], Avx512::zero());
+                return;
+            }
             if NT == 1 || !K::WORD_PAIRS {
                 return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);
             }
-            let g0 = c * CHUNK_GROUPS;
-            let n = (groups - g0).min(CHUNK_GROUPS);
             let mut sums = [[_mm512_setzero_si512(); NT]; NR];
             for j in 0..4 {
                 let w: [(__m512i, __m512i); NR] = per_index!(NR, |r| word_pair::<K>(rows[r].add(g0 * K::CODE_BYTES), n, j));

@@ -30,6 +30,8 @@ pub(crate) trait Kind {
     /// Whether the codes are 8 words of one byte per value (Q8_0) or 4 of nibbles, which
     /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
     const WORD_PAIRS: bool = true;
+    /// Whether rows are ggml's Q8_0 blocks read in place ([`KQ8_0Blocks`]).
+    const BLOCKS: bool = false;
     /// Whether each group's two halves have sub-block scales folded into the integer sum
     /// (Q6_K, Q3_K, Q2_K): then [`Kind::vnni_words`] gives them.
     const HALVES: bool = false;
@@ -37,6 +39,14 @@ pub(crate) trait Kind {
     /// A chunk's codes at `codes` (`n` groups); `sub`: the chunk's sub-block scales
     /// ([`Kind::sub_ptr`]).
     unsafe fn prep<D: IntLanes>(codes: *const u8, sub: *const u8, n: usize) -> Self::W<D>;
+    /// Where the scales part of the row at `row` (`groups` groups) starts: by default after
+    /// the codes.
+    #[inline(always)]
+    unsafe fn scales_part(row: *const u8, groups: usize) -> *const u8 {
+        // SAFETY: `row` is a packed row of `groups` groups (the `Kind` contract), so its scales
+        // part follows its codes within it.
+        unsafe { row.add(groups * Self::CODE_BYTES) }
+    }
     /// Where the sub-block scales of the chunk starting at group `g0` are, for a row whose
     /// scales part starts at `s` (`groups` groups): by default 2 bytes per group (Q6_K's).
     #[inline(always)]
@@ -197,6 +207,107 @@ impl Kind for KQ8_0 {
         // (the `Kind` contract).
         unsafe { D::dot_t8(w, x, sums) }
     }
+}
+
+/// Q8_0 read in place from ggml's blocks ([`Layout::Blocks`]): each group is one block (its
+/// f16 scale, then its 32 codes), so `CODE_BYTES` is the block's size and a row's "scales
+/// part" is the row itself. Each chunk's codes are transposed as they are read into what
+/// [`KQ8_0`] prepares from the chunked layout ([`IntLanes::q8_blocks`]), and the scales
+/// gathered from the blocks ([`IntLanes::q8_block_scales`]): the integer sums and every float
+/// step are [`KQ8_0`]'s, and so are the bits.
+///
+/// [`Layout::Blocks`]: crate::kernels::packed::Layout::Blocks
+pub(super) struct KQ8_0Blocks;
+impl Kind for KQ8_0Blocks {
+    const CODE_BYTES: usize = Q8_0_BLOCK;
+    const BLOCKS: bool = true;
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = Some(7);
+    /// AVX-512's word-pair tiles read code words from the chunked layout.
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q8;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
+        (w, None)
+    }
+    #[inline(always)]
+    unsafe fn scales_part(row: *const u8, _groups: usize) -> *const u8 {
+        row
+    }
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(blocks: *const u8, _sub: *const u8, n: usize) -> D::Q8 {
+        // SAFETY: `blocks` is valid for the chunk's `n` blocks and the CPU runs `D`'s ISA (the
+        // `Kind` contract).
+        unsafe { D::q8_blocks(blocks, n) }
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(row: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        // SAFETY: the row holds the chunk's blocks `g0..g0 + n` and the CPU runs `D`'s ISA (the
+        // `Kind` contract).
+        unsafe { (D::q8_block_scales(row.add(Q8_0_BLOCK * g0), n), <D::F as Lanes16>::zero()) }
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q8, x: *const i8, qsum: *const i32, hsum: *const i32) -> D::F {
+        // SAFETY: as for `KQ8_0`, whose codes these are (the `Kind` contract).
+        unsafe { KQ8_0::isum::<D>(w, x, qsum, hsum) }
+    }
+    type T<D: IntLanes> = D::T8;
+    #[inline(always)]
+    unsafe fn prep_tail<D: IntLanes>(blocks: *const u8, n: usize) -> D::T8 {
+        // SAFETY: `blocks` is valid for the chunk's `n` blocks and the CPU runs `D`'s ISA (the
+        // `Kind` contract); the copy holds the narrow chunk's `32 n` code bytes.
+        unsafe { D::t8(narrow_from_blocks(blocks, n).as_ptr(), n) }
+    }
+    #[inline(always)]
+    unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
+        // SAFETY: as for `KQ8_0` (the `Kind` contract).
+        unsafe { KQ8_0::psum::<D>(w, x, sums) }
+    }
+}
+
+/// Bytes of one Q8_0 block: the f16 scale, then 32 codes.
+pub(super) const Q8_0_BLOCK: usize = 34;
+
+/// The codes of `n` (1 to 16) Q8_0 blocks at `blocks` in the chunked order of a wide chunk of
+/// `n` groups: code bytes `4j..4j + 4` of block `l` at `4 n j + 4 l` (the packed layout's
+/// definition, [`crate::kernels::packed`]).
+///
+/// # Safety
+/// `blocks` must be valid for `n` blocks.
+#[inline(always)]
+pub(super) unsafe fn chunk_from_blocks(blocks: *const u8, n: usize) -> [u8; 512] {
+    let mut out = [0u8; 512];
+    // SAFETY: block `l < n` is valid for its 34 bytes (this function's precondition), and
+    // `4 n j + 4 l + 4 <= 32 n <= 512`.
+    unsafe {
+        for l in 0..n {
+            for j in 0..8 {
+                std::ptr::copy_nonoverlapping(blocks.add(Q8_0_BLOCK * l + 2 + 4 * j), out.as_mut_ptr().add(4 * n * j + 4 * l), 4);
+            }
+        }
+    }
+    out
+}
+
+/// The codes of `n <= 4` Q8_0 blocks at `blocks` in the chunked order of a narrow chunk: code
+/// byte `16h + i` of block `g` at `16 n h + 16 g + i`.
+///
+/// # Safety
+/// `blocks` must be valid for `n` blocks, `n <= 4`.
+#[inline(always)]
+unsafe fn narrow_from_blocks(blocks: *const u8, n: usize) -> [u8; 128] {
+    let mut out = [0u8; 128];
+    // SAFETY: block `g < n` is valid for its 34 bytes (this function's precondition), and
+    // `16 n h + 16 g + 16 <= 32 n <= 128`.
+    unsafe {
+        for g in 0..n {
+            for h in 0..2 {
+                std::ptr::copy_nonoverlapping(blocks.add(Q8_0_BLOCK * g + 2 + 16 * h), out.as_mut_ptr().add(16 * n * h + 16 * g), 16);
+            }
+        }
+    }
+    out
 }
 
 /// Q4_K: Q4_1's arithmetic with `d_w = d * sc`, `m_w = -(dmin * m)` from the super-block

@@ -64,6 +64,13 @@
 //!   magnitude), `acc = fma(m_w d_x, f32(msum), acc)` with `m_w = 0 - dmin` of the group's
 //!   super-block (f16, exact).
 //!
+//! Q8_0 may also be read in place, as ggml's blocks ([`Layout::Blocks`]: each block its f16
+//! scale, then its 32 codes). The codes then enter the same steps with the same values: a
+//! chunk's blocks are transposed into the chunked order as they are read
+//! ([`IntLanes::q8_blocks`]), or, for one token on AVX-512, each block is dotted with the
+//! activation's codes in group order ([`QuantizedRows::grouped`]) and the partial sums of
+//! each group added into its lane; either way `isum` is the same exact integer.
+//!
 //! Q5_0 and Q5_1 (rows of groups of 32, so a last chunk may be narrow) are Q4_0 and Q4_1 with
 //! 5-bit codes: `|isum| <= 32 * 31 * 127` (Q5_1), `32 * 16 * 127` (Q5_0); a narrow chunk's
 //! lanes take the 5-bit codes of their 8 values.
@@ -75,9 +82,9 @@ use std::ops::Range;
 
 use super::lanes::Lanes16;
 use super::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
-use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, Layout};
+use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, reads_blocks_in_place, Layout};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
-use super::{check_out, Disjoint, Isa, MatRef, StreamAhead, GROUP, TOKEN_BLOCK};
+use super::{check_out, f16_chunk, Disjoint, Isa, MatRef, StreamAhead, GROUP, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
 /// Tokens per tile: a tile is up to 4 rows ([`IntLanes::FOUR_ROW_TILES`]) x `TILE_TOKENS` tokens.
@@ -108,11 +115,12 @@ mod avx2;
 mod avx512;
 
 pub(crate) use kinds::Kind;
-use kinds::{KQ2K, KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5_0, KQ5_1, KQ6K, KQ8_0};
+use kinds::{KQ2K, KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5_0, KQ5_1, KQ6K, KQ8_0, KQ8_0Blocks};
 use scalar::ScalarI32;
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
-/// (packed, chunked layout) against token `t` of `act`, by the order in the module docs.
+/// (packed in the chunked layout, or Q8_0's blocks as the file stores them) against token `t`
+/// of `act`, by the order in the module docs.
 ///
 /// # Safety
 /// No other thread may touch those elements of `out` during the call.
@@ -120,12 +128,14 @@ pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: 
     assert_eq!(w.cols, act.cols);
     check_out(&out, token_stride, act.n_tokens, &rows);
     assert!(is_int8_packable(w.ty) && w.cols.is_multiple_of(w.ty.block_size().max(GROUP)) && rows.end <= w.rows);
-    assert_eq!(w.data.len(), w.rows * layout_row_bytes(w.ty, Layout::Chunked, w.cols));
+    assert!(w.layout == Layout::Chunked || (w.layout == Layout::Blocks && reads_blocks_in_place(w.ty)));
+    assert_eq!(w.data.len(), w.rows * layout_row_bytes(w.ty, w.layout, w.cols));
     let (qs, ls) = (act.q_stride(), act.lane_stride());
     assert!(act.q.len() >= act.n_tokens * qs);
     assert!(act.d.len() >= act.n_tokens * ls && act.s.len() >= act.n_tokens * ls && act.qsum.len() >= act.n_tokens * ls);
     assert!(act.hsum.len() >= act.n_tokens * ls);
     assert!(act.tail_d.len() >= act.n_tokens * CHUNK_GROUPS && act.tail_sum.len() >= act.n_tokens * CHUNK_GROUPS);
+    assert!(act.grouped.len() >= act.n_tokens * act.cols);
     assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
     // SAFETY: the shapes, the buffer lengths and the CPU's features are checked above; the
@@ -164,6 +174,28 @@ pub(crate) trait IntLanes: Copy {
     unsafe fn q4(codes: *const u8, n: usize) -> Self::Q4;
     /// Q8_0 codes of a chunk of `n` (1 to 16) groups at `codes`; missing lanes are zero.
     unsafe fn q8(codes: *const u8, n: usize) -> Self::Q8;
+    /// [`IntLanes::q8`]'s prepared codes of a chunk of `n` (1 to 16) groups read from ggml's
+    /// Q8_0 blocks at `blocks` (34 bytes each: the f16 scale, then the 32 codes) instead of
+    /// the chunked layout. By default the codes are copied into the chunked order first.
+    #[inline(always)]
+    unsafe fn q8_blocks(blocks: *const u8, n: usize) -> Self::Q8 {
+        // SAFETY: `blocks` is valid for `n` blocks (the `IntLanes` contract), and the copy holds
+        // the chunk's code words as `q8` reads them.
+        unsafe { Self::q8(kinds::chunk_from_blocks(blocks, n).as_ptr(), n) }
+    }
+    /// The f16 scales of `n` (1 to 16) Q8_0 blocks at `blocks`, exactly converted; zero past
+    /// `n`.
+    #[inline(always)]
+    unsafe fn q8_block_scales(blocks: *const u8, n: usize) -> Self::F {
+        // SAFETY: `blocks` is valid for `n` blocks (the `IntLanes` contract); `d` holds 16 f16.
+        unsafe {
+            let mut d = [0u8; 32];
+            for l in 0..n {
+                std::ptr::copy_nonoverlapping(blocks.add(kinds::Q8_0_BLOCK * l), d.as_mut_ptr().add(2 * l), 2);
+            }
+            f16_chunk::<Self::F>(d.as_ptr(), n)
+        }
+    }
     /// Lane `l`: `sum over the group's 32 values of code (0..15) * x` (one chunk of `x`).
     unsafe fn dot_q4(w: &Self::Q4, x: *const i8) -> Self;
     /// Lane `l`: `sum of signed code * x`; `qsum` is the chunk's 16 activation code sums.
@@ -333,6 +365,7 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
             GgmlType::Q2_K => tiles::<D, KQ2K>(w, act, rows, out, token_stride),
             GgmlType::Q5_0 => tiles::<D, KQ5_0>(w, act, rows, out, token_stride),
             GgmlType::Q5_1 => tiles::<D, KQ5_1>(w, act, rows, out, token_stride),
+            GgmlType::Q8_0 if w.layout == Layout::Blocks => tiles::<D, KQ8_0Blocks>(w, act, rows, out, token_stride),
             _ => match w.ty.kernel() {
                 KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
                 KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
@@ -358,8 +391,8 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
     // writes what they hold; the outputs `t * token_stride + r..` are in `out` (`check_out`)
     // and this call's alone, and the CPU has `D`'s ISA (this function's precondition).
     unsafe {
-        debug_assert_eq!(K::CODE_BYTES, code_bytes(w.ty));
-        let row_bytes = layout_row_bytes(w.ty, Layout::Chunked, w.cols);
+        debug_assert_eq!(K::CODE_BYTES, if w.layout == Layout::Blocks { w.ty.block_bytes() } else { code_bytes(w.ty) });
+        let row_bytes = layout_row_bytes(w.ty, w.layout, w.cols);
         let (groups, wide) = (w.cols / GROUP, wide_chunks(w.cols));
         let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
         // [row of the tile][wide chunk]
@@ -436,6 +469,8 @@ pub(crate) struct Acts {
     hsum: *const i32,
     tail_d: *const f32,
     tail_sum: *const i32,
+    /// The codes in group order ([`QuantizedRows::grouped`]).
+    grouped: *const i8,
     q_stride: usize,
     lane_stride: usize,
 }
@@ -460,6 +495,7 @@ impl Acts {
                 hsum: act.hsum.as_ptr().add(t * ls),
                 tail_d: act.tail_d.as_ptr().add(t * CHUNK_GROUPS),
                 tail_sum: act.tail_sum.as_ptr().add(t * CHUNK_GROUPS),
+                grouped: act.grouped.as_ptr().add(t * act.cols),
                 q_stride: qs,
                 lane_stride: ls,
             }
@@ -492,7 +528,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
     unsafe {
         let groups = cols / GROUP;
         let rows: [*const u8; NR] = std::array::from_fn(|r| row.add(r * row_bytes));
-        let d_ptr = rows.map(|p| p.add(groups * K::CODE_BYTES));
+        let d_ptr = rows.map(|p| K::scales_part(p, groups));
         let mut acc = [[<D::F as Lanes16>::zero(); NT]; NR];
         let (wide, n) = (wide_chunks(cols), narrow_groups(cols));
         let pieces = wide + usize::from(n > 0);
@@ -586,7 +622,7 @@ unsafe fn prepare_chunk<D: IntLanes, K: Kind>(row: *const u8, groups: usize, c: 
     unsafe {
         let g0 = c * CHUNK_GROUPS;
         let n = (groups - g0).min(CHUNK_GROUPS);
-        let d_ptr = row.add(groups * K::CODE_BYTES);
+        let d_ptr = K::scales_part(row, groups);
         let w = K::prep::<D>(row.add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr, groups, g0), n);
         let (dw, mw) = K::scales::<D>(d_ptr, groups, g0, n);
         PreparedChunk { w, dw, mw }
