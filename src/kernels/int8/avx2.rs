@@ -3,6 +3,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::kinds::Q8_0_BLOCK;
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind};
 use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER, SUPER_GROUPS};
 use crate::kernels::lanes::{Avx2x2, Lanes16};
@@ -114,13 +115,64 @@ fn word_by_word<K: Kind>() -> (bool, bool) {
     (K::CODE_BYTES == 32, K::CODE_BYTES == 16 && matches!(K::BIAS_LOG2, None | Some(3)))
 }
 
+/// One Q8_0 block (at `block`) against its group's 32 activation codes (at `x`): 8 partial
+/// sums of `dot_q8`'s products (`|q| * sign(q) x` in i16 pairs, at most `2 * 128 * 127` in
+/// magnitude, then widened).
+///
+/// # Safety
+/// The CPU must have AVX2; `block` must be valid for one block, `x` for 32 bytes.
+#[inline(always)]
+unsafe fn q8_block_dot(block: *const u8, x: *const i8) -> __m256i {
+    // SAFETY: the CPU has AVX2, and the loads read the block's codes and the 32 activation
+    // bytes (this function's precondition).
+    unsafe {
+        let w = _mm256_loadu_si256(block.add(2).cast());
+        let p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_loadu_si256(x.cast()), w));
+        _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+    }
+}
+
+/// 8 consecutive blocks' dots ([`q8_block_dot`]) reduced to one sum per block, lane `i` the
+/// sum of block `i`: pairwise horizontal adds in three levels, the last one across the two
+/// 128-bit halves.
+///
+/// # Safety
+/// The CPU must have AVX2; `blocks` must be valid for 8 blocks, `x` for 256 bytes.
+#[inline(always)]
+unsafe fn q8_blocks_dots8(blocks: *const u8, x: *const i8) -> __m256i {
+    // SAFETY: the CPU has AVX2, and block `i < 8` and its 32 activation bytes are within the
+    // caller's buffers (this function's precondition).
+    unsafe {
+        let v: [__m256i; 8] = per_index!(8, |i| q8_block_dot(blocks.add(Q8_0_BLOCK * i), x.add(32 * i)));
+        // Lanes [block 2i: sums of values 0..8, 8..16; block 2i + 1: the same | values 16..32].
+        let s: [__m256i; 4] = per_index!(4, |i| _mm256_hadd_epi32(v[2 * i], v[2 * i + 1]));
+        // Lanes [blocks 0..4 (or 4..8): sums of values 0..16 | of values 16..32].
+        let (t0, t1) = (_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+        _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(t0, t1), _mm256_permute2x128_si256::<0x31>(t0, t1))
+    }
+}
+
+/// One token's integer sums (step 1) of a full chunk of 16 Q8_0 blocks at `blocks` against
+/// the chunk's activation codes in group order (`xg`, 512 bytes): exact, so `dot_q8`'s on the
+/// transposed codes.
+///
+/// # Safety
+/// The CPU must have AVX2; `blocks` must be valid for 16 blocks, `xg` for 512 bytes.
+#[inline(always)]
+unsafe fn q8_blocks_dots(blocks: *const u8, xg: *const i8) -> Avx2I32 {
+    // SAFETY: the halves are blocks 0..8 and 8..16 with their activation bytes, within the
+    // caller's buffers (this function's precondition).
+    unsafe { Avx2I32(q8_blocks_dots8(blocks, xg), q8_blocks_dots8(blocks.add(8 * Q8_0_BLOCK), xg.add(256))) }
+}
+
 impl IntLanes for Avx2I32 {
     type F = Avx2x2;
     /// Tiles of nibble codes (Q4_0, Q4_1, Q4_K) and of Q8_0 codes word by word: each code
     /// word is unpacked right before its `maddubs` and used for all the tile's tokens, so no
     /// unpacked chunk is held in registers (or spilled). The integer sums are `dot_q4`'s and
     /// `dot_q8`'s (in i16 within their bounds, then widened), so the result is
-    /// `wide_chunk_dots`', which the other types take.
+    /// `wide_chunk_dots`', which the other types take. One token over a full chunk of Q8_0's
+    /// blocks read in place takes [`q8_blocks_dots`] against the codes in group order.
     #[inline(always)]
     unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
         rows: &[*const u8; NR],
@@ -133,6 +185,13 @@ impl IntLanes for Avx2I32 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `rows`, `d_ptr` and `x` cover chunk `c`
         // of the tile as `wide_chunk_dots` asks (the `IntLanes` contract).
         unsafe {
+            if K::BLOCKS && NR == 1 && NT == 1 && groups - c * CHUNK_GROUPS >= CHUNK_GROUPS {
+                let g0 = c * CHUNK_GROUPS;
+                let isum = q8_blocks_dots(rows[0].add(g0 * Q8_0_BLOCK), x.grouped.add(g0 * 32));
+                let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, CHUNK_GROUPS);
+                acc[0][0] = scale_add::<Avx2x2, K>(acc[0][0], isum.to_f32(), dw[0], Avx2x2::load(x.d.add(g0)), mw[0], Avx2x2::zero());
+                return;
+            }
             let (q8, nibbles) = word_by_word::<K>();
             if !q8 && !nibbles {
                 return wide_chunk_dots::<Self, K, NR, NT>(rows, d_ptr, groups, c, x, acc);

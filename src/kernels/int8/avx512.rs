@@ -529,6 +529,8 @@ impl IntLanes for Vnni {
             Avx512(_mm512_permutexvar_ps(idx, v.0))
         }
     }
+    /// One token over a full chunk of Q8_0's blocks read in place: [`q8_blocks_dots`] against
+    /// the codes in group order.
     /// Several tokens: word by word, every `(row, token)` integer sum kept in a register,
     /// so a tile holds two code words per row instead of a whole chunk's eight, and each
     /// activation word is loaded once for all the tile's rows (`examples/int8_speed.rs` times
