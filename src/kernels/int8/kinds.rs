@@ -257,7 +257,7 @@ impl Kind for KQ8_0Blocks {
     unsafe fn prep_tail<D: IntLanes>(blocks: *const u8, n: usize) -> D::T8 {
         // SAFETY: `blocks` is valid for the chunk's `n` blocks and the CPU runs `D`'s ISA (the
         // `Kind` contract); the copy holds the narrow chunk's `32 n` code bytes.
-        unsafe { D::t8(narrow_from_blocks(blocks, n).as_ptr(), n) }
+        unsafe { D::t8(codes_from_blocks::<16, 128>(blocks, n).as_ptr(), n) }
     }
     #[inline(always)]
     unsafe fn psum<D: IntLanes>(w: &D::T8, x: *const i8, sums: *const i32) -> D {
@@ -269,45 +269,36 @@ impl Kind for KQ8_0Blocks {
 /// Bytes of one Q8_0 block: the f16 scale, then 32 codes.
 pub(super) const Q8_0_BLOCK: usize = 34;
 
-/// The codes of `n` (1 to 16) Q8_0 blocks at `blocks` in the chunked order of a wide chunk of
-/// `n` groups: code bytes `4j..4j + 4` of block `l` at `4 n j + 4 l` (the packed layout's
-/// definition, [`crate::kernels::packed`]).
+/// The codes of `n` Q8_0 blocks at `blocks` in a chunked order of pieces of `PIECE` bytes:
+/// piece `k` (code bytes `PIECE k..PIECE (k + 1)`) of block `l` at `PIECE (n k + l)`. With
+/// 4-byte pieces that is a wide chunk of `n <= 16` groups (the packed layout's definition,
+/// [`crate::kernels::packed`]), with 16-byte pieces a narrow one of `n <= 4`.
 ///
 /// # Safety
-/// `blocks` must be valid for `n` blocks.
+/// `blocks` must be valid for `n` blocks, and `32 n <= BYTES`.
 #[inline(always)]
-pub(super) unsafe fn chunk_from_blocks(blocks: *const u8, n: usize) -> [u8; 512] {
-    let mut out = [0u8; 512];
-    // SAFETY: block `l < n` is valid for its 34 bytes (this function's precondition), and
-    // `4 n j + 4 l + 4 <= 32 n <= 512`.
+unsafe fn codes_from_blocks<const PIECE: usize, const BYTES: usize>(blocks: *const u8, n: usize) -> [u8; BYTES] {
+    let mut out = [0u8; BYTES];
+    // SAFETY: block `l < n` is valid for its 34 bytes, and `PIECE (n k + l + 1) <= 32 n <= BYTES`
+    // (this function's precondition).
     unsafe {
         for l in 0..n {
-            for j in 0..8 {
-                std::ptr::copy_nonoverlapping(blocks.add(Q8_0_BLOCK * l + 2 + 4 * j), out.as_mut_ptr().add(4 * n * j + 4 * l), 4);
+            for k in 0..32 / PIECE {
+                std::ptr::copy_nonoverlapping(blocks.add(Q8_0_BLOCK * l + 2 + PIECE * k), out.as_mut_ptr().add(PIECE * (n * k + l)), PIECE);
             }
         }
     }
     out
 }
 
-/// The codes of `n <= 4` Q8_0 blocks at `blocks` in the chunked order of a narrow chunk: code
-/// byte `16h + i` of block `g` at `16 n h + 16 g + i`.
+/// The codes of `n` (1 to 16) Q8_0 blocks at `blocks` in the chunked order of a wide chunk.
 ///
 /// # Safety
-/// `blocks` must be valid for `n` blocks, `n <= 4`.
+/// `blocks` must be valid for `n` blocks, `n <= 16`.
 #[inline(always)]
-unsafe fn narrow_from_blocks(blocks: *const u8, n: usize) -> [u8; 128] {
-    let mut out = [0u8; 128];
-    // SAFETY: block `g < n` is valid for its 34 bytes (this function's precondition), and
-    // `16 n h + 16 g + 16 <= 32 n <= 128`.
-    unsafe {
-        for g in 0..n {
-            for h in 0..2 {
-                std::ptr::copy_nonoverlapping(blocks.add(Q8_0_BLOCK * g + 2 + 16 * h), out.as_mut_ptr().add(16 * n * h + 16 * g), 16);
-            }
-        }
-    }
-    out
+pub(super) unsafe fn chunk_from_blocks(blocks: *const u8, n: usize) -> [u8; 512] {
+    // SAFETY: this function's precondition is `codes_from_blocks`'.
+    unsafe { codes_from_blocks::<4, 512>(blocks, n) }
 }
 
 /// Q4_K: Q4_1's arithmetic with `d_w = d * sc`, `m_w = -(dmin * m)` from the super-block
