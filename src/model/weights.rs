@@ -417,7 +417,7 @@ mod tests {
     }
 
     /// Loading on any number of threads packs every matrix into the bytes one call of its
-    /// packer over the whole tensor gives.
+    /// packer over the whole tensor gives; a matrix read in place is the file's bytes.
     #[test]
     fn parallel_packing_gives_the_sequential_bytes() {
         for name in ["tiny.Q4_K_M.gguf", "tiny.Q6_K.gguf", "tiny.Q8_0.gguf", "tiny.Q4_0.gguf"] {
@@ -428,17 +428,26 @@ mod tests {
                 let mut packed_by_one_thread: Option<Vec<u8>> = None;
                 for threads in [1, 2, 3] {
                     let w = TransformerWeights::load(&file, &cfg, precision, &ThreadPool::new(threads).unwrap()).unwrap();
-                    let mut n_packed = 0;
+                    let (mut n_packed, mut n_in_place) = (0, 0);
                     for m in matrices(&w) {
-                        let Storage::Packed { layout, .. } = m.storage else { continue };
                         let info = file.tensor(&m.name).unwrap();
                         assert_eq!(m.rows * m.ty.row_bytes(m.cols), info.n_bytes, "{} is a whole tensor", m.name);
+                        let layout = match m.storage {
+                            Storage::Packed { layout, .. } => layout,
+                            Storage::Mapped { layout: Layout::Blocks, .. } => {
+                                assert!(precision == Precision::Int8 && reads_blocks_in_place(m.ty), "{name}: {}", m.name);
+                                assert!(w.mat(m).data == file.tensor_bytes(info), "{name}: {} is the file's bytes", m.name);
+                                n_in_place += 1;
+                                continue;
+                            }
+                            Storage::Mapped { .. } => continue,
+                        };
                         let mut sequential = vec![0u8; m.rows * layout_row_bytes(m.ty, layout, m.cols)];
                         pack_rows_in(m.ty, layout, m.cols, file.tensor_bytes(info), &mut sequential);
                         assert!(w.mat(m).data == &sequential[..], "{name} {precision:?} {threads} threads: {}", m.name);
                         n_packed += 1;
                     }
-                    assert!(n_packed > 0);
+                    assert!(n_packed + n_in_place > 0, "{name} {precision:?}: no matrix packed or read in place");
                     match &packed_by_one_thread {
                         None => packed_by_one_thread = Some(w.packed.to_vec()),
                         Some(one) => assert!(one[..] == w.packed[..], "{name} {precision:?}: {threads} threads"),

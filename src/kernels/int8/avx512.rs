@@ -212,6 +212,20 @@ unsafe fn q8_reduce_pair<const STAGE: u32>(a: __m512i, b: __m512i) -> __m512i {
     }
 }
 
+/// The 32 code bytes of Q8_0 blocks `2k` (low half) and `2k + 1` (high half) at `blocks`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `blocks` must be valid for blocks `0..2k + 2`.
+#[inline(always)]
+unsafe fn q8_block_pair(blocks: *const u8, k: usize) -> __m512i {
+    // SAFETY: the two loads read the code bytes of blocks 2k and 2k + 1 (the precondition).
+    unsafe {
+        let low = _mm256_loadu_si256(blocks.add(Q8_0_BLOCK * 2 * k + 2).cast());
+        let high = _mm256_loadu_si256(blocks.add(Q8_0_BLOCK * (2 * k + 1) + 2).cast());
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(low), high)
+    }
+}
+
 /// One token's integer sums (step 1) of a full chunk of 16 Q8_0 blocks at `blocks` against
 /// the chunk's activation codes in group order (`xg`, 512 bytes) with their 16 code sums
 /// `qsum`: each pair of blocks against 64 activation bytes by one `vpdpbusd` (codes biased as
@@ -228,10 +242,9 @@ unsafe fn q8_blocks_dots(blocks: *const u8, xg: *const i8, qsum: *const i32) -> 
     // codes, the 512 activation bytes and the 16 sums (this function's precondition).
     unsafe {
         let bias = _mm512_set1_epi8(0x80u8 as i8);
-        let codes = |b: usize| _mm256_loadu_si256(blocks.add(Q8_0_BLOCK * b + 2).cast());
         // Register k: lanes 0..8 the partial sums of group 2k, lanes 8..16 of group 2k + 1.
         let s: [__m512i; 8] = per_index!(8, |k| {
-            let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(codes(2 * k)), codes(2 * k + 1));
+            let w = q8_block_pair(blocks, k);
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, bias), _mm512_loadu_si512(xg.add(64 * k).cast()))
         });
         let s: [__m512i; 4] = per_index!(4, |k| q8_reduce_pair::<1>(s[2 * k], s[2 * k + 1]));
@@ -257,8 +270,7 @@ impl IntLanes for Vnni {
             if n < 16 {
                 return Self::q8(super::kinds::chunk_from_blocks(blocks, n).as_ptr(), n);
             }
-            let codes = |b: usize| _mm256_loadu_si256(blocks.add(Q8_0_BLOCK * b + 2).cast());
-            let mut r: [__m512i; 8] = per_index!(8, |k| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(codes(2 * k)), codes(2 * k + 1)));
+            let mut r: [__m512i; 8] = per_index!(8, |k| q8_block_pair(blocks, k));
             for stage in &Q8_STAGES {
                 r = per_index!(8, |v| {
                     let (a, b, idx) = &stage[v];
@@ -266,7 +278,7 @@ impl IntLanes for Vnni {
                 });
             }
             let bias = _mm512_set1_epi8(0x80u8 as i8);
-            r.map(|w| _mm512_xor_si512(w, bias))
+            per_index!(8, |k| _mm512_xor_si512(r[k], bias))
         }
     }
     /// One gather of the blocks' first 4 bytes, narrowed to their low 16 bits (the scale).
