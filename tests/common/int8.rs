@@ -5,7 +5,7 @@
 
 use super::Rng;
 
-use reprolm::kernels::packed::{dequantize_packed_row_in, layout_row_bytes, pack_rows_in, Layout};
+use reprolm::kernels::packed::{dequantize_packed_row_in, layout_row_bytes, pack_rows_in, reads_blocks_in_place, Layout};
 use reprolm::kernels::quantize_act::QuantizedRows;
 use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef};
 use reprolm::tensor::{dequantize_row, GgmlType};
@@ -94,6 +94,13 @@ pub fn check_against_definition<D>(
         let scalar = run(Isa::Scalar, &m, &act);
         for isa in int8_isas() {
             assert!(run(isa, &m, &act) == scalar, "{what} T={n_tokens} on {}", isa.name());
+        }
+        // Read in place from ggml's blocks: the same bits on every path.
+        if reads_blocks_in_place(ty) {
+            let blocks = MatRef { layout: Layout::Blocks, data: ggml, ..m };
+            for isa in int8_isas() {
+                assert!(run(isa, &blocks, &act) == scalar, "{what} blocks T={n_tokens} on {}", isa.name());
+            }
         }
         for t in 0..n_tokens {
             for (r, w) in decoded.iter().enumerate() {

@@ -3,12 +3,13 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::kinds::Q8_0_BLOCK;
+use super::kinds::{Q6K_BLOCK, Q6K_SCALES_AT, Q8_0_BLOCK};
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind};
 use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER, SUPER_GROUPS};
 use crate::kernels::lanes::{Avx2x2, Lanes16};
 use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use crate::kernels::{Disjoint, MatRef};
+use crate::tensor::GgmlType;
 
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C and the arguments must pass the checks of
@@ -165,6 +166,70 @@ unsafe fn q8_blocks_dots(blocks: *const u8, xg: *const i8) -> Avx2I32 {
     unsafe { Avx2I32(q8_blocks_dots8(blocks, xg), q8_blocks_dots8(blocks.add(8 * Q8_0_BLOCK), xg.add(256))) }
 }
 
+/// Group `g` (< 8) of the Q6_K super-block at `block` against its 32 activation codes (at
+/// `x`): 8 partial sums of `(u - 32) x` over 4 values each, lanes 0..4 the group's first
+/// sub-block of 16 values, 4..8 its second (`|u - 32| * sign(u - 32) x` in i16 pairs, at most
+/// `2 * 32 * 127` in magnitude, then widened). Value `l` of group `g = 4 n + t` has its low 4
+/// bits in nibble `t / 2` of `ql[64 n + 32 (t % 2) + l]` and bits 4 and 5 in bits
+/// `2 t..2 t + 2` of `qh[32 n + l]` (the 16-bit shifts move no kept bit across a byte).
+///
+/// # Safety
+/// The CPU must have AVX2; `block` must be valid for a super-block, `x` for 32 bytes.
+#[inline(always)]
+unsafe fn q6k_group_dot(block: *const u8, g: usize, x: *const i8) -> __m256i {
+    // SAFETY: the CPU has AVX2, and the loads read 32 bytes of the super-block's `ql` and
+    // `qh` and the 32 activation bytes (this function's precondition).
+    unsafe {
+        let (n, t) = (g / 4, g % 4);
+        let ql = _mm256_loadu_si256(block.add(64 * n + 32 * (t % 2)).cast());
+        let qh = _mm256_loadu_si256(block.add(128 + 32 * n).cast());
+        let m4 = _mm256_set1_epi8(0x0F);
+        let low = if t < 2 { _mm256_and_si256(ql, m4) } else { _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4) };
+        let high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t as i32)), _mm256_set1_epi8(3));
+        let w = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+        let p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_loadu_si256(x.cast()), w));
+        _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+    }
+}
+
+/// One Q6_K super-block's 8 group sums `sc_0 sum_{i<16} (u - 32) x + sc_1 sum_{i>=16} (u - 32) x`
+/// (lane `g` = group `g`) against its 256 activation codes in group order (`x`): the groups'
+/// partial sums ([`q6k_group_dot`]) reduced to one per sub-block by two levels of horizontal
+/// adds, times the sub-block scales, and the two 128-bit halves (first and second sub-blocks)
+/// added. Exact, so `dot_q6`'s sums on the unpacked codes.
+///
+/// # Safety
+/// The CPU must have AVX2; `block` must be valid for a super-block, `x` for 256 bytes.
+#[inline(always)]
+unsafe fn q6k_block_dots8(block: *const u8, x: *const i8) -> __m256i {
+    // SAFETY: the CPU has AVX2, and group `g < 8` and its 32 activation bytes, and the 16
+    // sub-block scales, are within the caller's buffers (this function's precondition).
+    unsafe {
+        let v: [__m256i; 8] = per_index!(8, |g| q6k_group_dot(block, g, x.add(32 * g)));
+        let s: [__m256i; 4] = per_index!(4, |i| _mm256_hadd_epi32(v[2 * i], v[2 * i + 1]));
+        // Lanes [groups 0..4 (or 4..8): first sub-block sums | second sub-block sums].
+        let (t0, t1) = (_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+        // The sub-block scales in the same lanes.
+        let order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+        let sc = _mm_shuffle_epi8(_mm_loadu_si128(block.add(Q6K_SCALES_AT).cast()), order);
+        let u0 = _mm256_mullo_epi32(t0, _mm256_cvtepi8_epi32(sc));
+        let u1 = _mm256_mullo_epi32(t1, _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)));
+        _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(u0, u1), _mm256_permute2x128_si256::<0x31>(u0, u1))
+    }
+}
+
+/// One token's integer sums (step 1) of a full chunk of two Q6_K super-blocks at `blocks`
+/// against the chunk's activation codes in group order (`xg`, 512 bytes).
+///
+/// # Safety
+/// The CPU must have AVX2; `blocks` must be valid for 2 super-blocks, `xg` for 512 bytes.
+#[inline(always)]
+unsafe fn q6k_blocks_dots(blocks: *const u8, xg: *const i8) -> Avx2I32 {
+    // SAFETY: the halves are the two super-blocks with their activation bytes, within the
+    // caller's buffers (this function's precondition).
+    unsafe { Avx2I32(q6k_block_dots8(blocks, xg), q6k_block_dots8(blocks.add(Q6K_BLOCK), xg.add(256))) }
+}
+
 impl IntLanes for Avx2I32 {
     type F = Avx2x2;
     /// Tiles of nibble codes (Q4_0, Q4_1, Q4_K) and of Q8_0 codes word by word: each code
@@ -172,7 +237,8 @@ impl IntLanes for Avx2I32 {
     /// unpacked chunk is held in registers (or spilled). The integer sums are `dot_q4`'s and
     /// `dot_q8`'s (in i16 within their bounds, then widened), so the result is
     /// `wide_chunk_dots`', which the other types take. One token over a full chunk of Q8_0's
-    /// blocks read in place takes [`q8_blocks_dots`] against the codes in group order.
+    /// blocks read in place takes [`q8_blocks_dots`] (Q8_0) or [`q6k_blocks_dots`] (Q6_K)
+    /// against the codes in group order.
     #[inline(always)]
     unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
         rows: &[*const u8; NR],
@@ -185,9 +251,10 @@ impl IntLanes for Avx2I32 {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `rows`, `d_ptr` and `x` cover chunk `c`
         // of the tile as `wide_chunk_dots` asks (the `IntLanes` contract).
         unsafe {
-            if K::BLOCKS && NR == 1 && NT == 1 && groups - c * CHUNK_GROUPS >= CHUNK_GROUPS {
+            if K::BLOCKS.is_some() && NR == 1 && NT == 1 && groups - c * CHUNK_GROUPS >= CHUNK_GROUPS {
                 let g0 = c * CHUNK_GROUPS;
-                let isum = q8_blocks_dots(rows[0].add(g0 * Q8_0_BLOCK), x.grouped.add(g0 * 32));
+                let (blocks, xg) = (K::codes(rows[0], g0), x.grouped.add(g0 * 32));
+                let isum = if K::BLOCKS == Some(GgmlType::Q6_K) { q6k_blocks_dots(blocks, xg) } else { q8_blocks_dots(blocks, xg) };
                 let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, CHUNK_GROUPS);
                 acc[0][0] = scale_add::<Avx2x2, K>(acc[0][0], isum.to_f32(), dw[0], Avx2x2::load(x.d.add(g0)), mw[0], Avx2x2::zero());
                 return;

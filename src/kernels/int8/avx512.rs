@@ -3,12 +3,13 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::kinds::Q8_0_BLOCK;
+use super::kinds::{Q6K_BLOCK, Q6K_SCALES_AT, Q8_0_BLOCK};
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind, PreparedChunk};
 use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER};
 use crate::kernels::lanes::{Avx512, Lanes16};
 use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
 use crate::kernels::{Disjoint, MatRef};
+use crate::tensor::GgmlType;
 
 /// # Safety
 /// The CPU must have AVX-512 (F, BW, VL, VNNI), AVX2, FMA and F16C and the arguments must pass
@@ -86,9 +87,19 @@ unsafe fn word_pair<K: Kind>(codes: *const u8, n: usize, j: usize) -> (__m512i, 
 unsafe fn sub_scales512(sub: *const u8, n: usize) -> (__m512, __m512) {
     // SAFETY: the CPU has AVX-512 (F, BW); the masked load reads the first `n` pairs, the
     // caller's `2 n` bytes.
+    unsafe { sub_scale_pairs(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast())) }
+}
+
+/// [`sub_scales512`] of the 16 pairs of i8 in `pairs`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn sub_scale_pairs(pairs: __m256i) -> (__m512, __m512) {
+    // SAFETY: the CPU has AVX-512 F (this function's precondition).
     unsafe {
         // Lane l: the i16 `sc_1 * 256 + (sc_0 as u8)`, sign-extended.
-        let pairs = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(((1u32 << n) - 1) as __mmask16, sub.cast()));
+        let pairs = _mm512_cvtepi16_epi32(pairs);
         let (sc0, sc1) = (_mm512_srai_epi32(_mm512_slli_epi32(pairs, 24), 24), _mm512_srai_epi32(pairs, 8));
         (_mm512_cvtepi32_ps(sc0), _mm512_cvtepi32_ps(sc1))
     }
@@ -178,13 +189,14 @@ const fn q8_stage(stage: usize) -> [(usize, usize, [i32; 16]); 8] {
     out
 }
 
-/// Lane indices of stage `stage` (1 to 3) of [`q8_blocks_dots`]' reduction, which adds two
+/// Lane indices of stage `stage` (1 to 3) of [`q8_blocks_dots`]' and [`q6k_blocks_dots`]'
+/// reductions, which add two
 /// two-source permutations of a pair of registers. Each source holds `G = 1 << stage` groups
 /// of `P = 16 / G` partial sums (lane `q P + p`); the result holds the `2 G` groups of both
 /// (the first source's, then the second's) with `P / 2` partials each, lane `q P / 2 + p`
 /// taking partial `p` (`low`) or `p + P / 2` (not `low`) of its group. Bit 4 of an index
 /// selects the second source.
-const fn q8_reduce_index(stage: u32, low: bool) -> [i32; 16] {
+const fn reduce_index(stage: u32, low: bool) -> [i32; 16] {
     let g = 1usize << stage;
     let half = 16 / g / 2;
     let mut idx = [0i32; 16];
@@ -198,15 +210,15 @@ const fn q8_reduce_index(stage: u32, low: bool) -> [i32; 16] {
     idx
 }
 
-/// Stage `stage` of [`q8_blocks_dots`]' reduction on the register pair `a`, `b`.
+/// Stage `stage` of [`reduce_index`]'s reduction on the register pair `a`, `b`.
 ///
 /// # Safety
 /// The CPU must have AVX-512F.
 #[inline(always)]
-unsafe fn q8_reduce_pair<const STAGE: u32>(a: __m512i, b: __m512i) -> __m512i {
+unsafe fn reduce_pair<const STAGE: u32>(a: __m512i, b: __m512i) -> __m512i {
     // SAFETY: the CPU has AVX-512F (this function's precondition).
     unsafe {
-        let (lo, hi) = (const { q8_reduce_index(STAGE, true) }, const { q8_reduce_index(STAGE, false) });
+        let (lo, hi) = (const { reduce_index(STAGE, true) }, const { reduce_index(STAGE, false) });
         let lo = _mm512_permutex2var_epi32(a, _mm512_loadu_epi32(lo.as_ptr()), b);
         _mm512_add_epi32(lo, _mm512_permutex2var_epi32(a, _mm512_loadu_epi32(hi.as_ptr()), b))
     }
@@ -247,10 +259,109 @@ unsafe fn q8_blocks_dots(blocks: *const u8, xg: *const i8, qsum: *const i32) -> 
             let w = q8_block_pair(blocks, k);
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, bias), _mm512_loadu_si512(xg.add(64 * k).cast()))
         });
-        let s: [__m512i; 4] = per_index!(4, |k| q8_reduce_pair::<1>(s[2 * k], s[2 * k + 1]));
-        let s: [__m512i; 2] = per_index!(2, |k| q8_reduce_pair::<2>(s[2 * k], s[2 * k + 1]));
-        let sums = q8_reduce_pair::<3>(s[0], s[1]);
+        let s: [__m512i; 4] = per_index!(4, |k| reduce_pair::<1>(s[2 * k], s[2 * k + 1]));
+        let s: [__m512i; 2] = per_index!(2, |k| reduce_pair::<2>(s[2 * k], s[2 * k + 1]));
+        let sums = reduce_pair::<3>(s[0], s[1]);
         Vnni(_mm512_sub_epi32(sums, _mm512_slli_epi32(_mm512_loadu_si512(qsum.cast()), 7)))
+    }
+}
+
+/// The 64 codes `u` (0..64) of values `64 i..64 i + 64` (`i` < 4) of the Q6_K super-block at
+/// `block`, one byte each: groups `2 i` (bytes 0..32) and `2 i + 1`. Value `128 n + 32 t + l`
+/// (`i = 2 n + t / 2`) has its low 4 bits in nibble `t / 2` of `ql[64 n + 32 (t % 2) + l]`
+/// and bits 4 and 5 in bits `2 t..2 t + 2` of `qh[32 n + l]`, so one load of `ql` serves both
+/// groups, and one of `qh` (into both halves) is shifted by `4 - 2 t` within each byte and
+/// masked to bits 4 and 5 (the 16-bit shifts move no kept bit across a byte).
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW), and `block` be valid for a super-block.
+#[inline(always)]
+unsafe fn q6k_codes64(block: *const u8, i: usize) -> __m512i {
+    // SAFETY: the loads read `ql[64 n..64 n + 64]` and `qh[32 n..32 n + 32]` of the super-block
+    // (this function's precondition).
+    unsafe {
+        let n = i / 2;
+        let ql = _mm512_loadu_si512(block.add(64 * n).cast());
+        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(128 + 32 * n).cast()));
+        let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+        if i.is_multiple_of(2) {
+            // t = 0 (shift left by 4), t = 1 (by 2).
+            let left = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
+            _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30))
+        } else {
+            // t = 2 (no shift), t = 3 (right by 2).
+            let right = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30))
+        }
+    }
+}
+
+/// Lane indices that put the activation code sums of super-block `b`'s 16 sub-blocks in
+/// order from a chunk's first-half sums (first source) and second-half sums (second).
+const fn sub_block_sums_index(b: usize) -> [i32; 16] {
+    let mut idx = [0i32; 16];
+    let mut s = 0;
+    while s < 16 {
+        idx[s] = (8 * b + s / 2 + 16 * (s % 2)) as i32;
+        s += 1;
+    }
+    idx
+}
+
+/// One token's integer sums (step 1) of a full chunk of two Q6_K super-blocks at `blocks`
+/// against the chunk's activation codes in group order (`xg`, 512 bytes) with their 16 code
+/// sums `qsum` and first-half sums `hsum`: each 64 codes ([`q6k_codes64`]) against 64
+/// activation bytes by one `vpdpbusd`, the 4 partial sums of each sub-block of 16 values
+/// added by two stages of permutations into lane `s` = sub-block `s` of each super-block, then
+/// `sc_s (sum - 32 xsum_s)` (`xsum_s` the sub-block's activation code sum) and the two
+/// sub-blocks of each group added by a third. The sums are exact, so they are `dot_q6`'s on the
+/// unpacked codes.
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW, VNNI); `blocks` must be valid for 2 super-blocks, `xg`
+/// for 512 bytes and `qsum`, `hsum` for 16 i32.
+#[inline(always)]
+unsafe fn q6k_blocks_dots(blocks: *const u8, xg: *const i8, qsum: *const i32, hsum: *const i32) -> Vnni {
+    // SAFETY: the CPU has AVX-512 (F, BW, VNNI), and the loads stay within the 2 super-blocks,
+    // the 512 activation bytes and the 16 sums (this function's precondition).
+    unsafe {
+        // Register k: values 64 k..64 k + 64 of the chunk, 4 sub-blocks of 4 partial sums.
+        let s: [__m512i; 8] = per_index!(8, |k| {
+            let u = q6k_codes64(blocks.add(Q6K_BLOCK * (k / 4)), k % 4);
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xg.add(64 * k).cast()))
+        });
+        let s: [__m512i; 4] = per_index!(4, |k| reduce_pair::<2>(s[2 * k], s[2 * k + 1]));
+        // Register b: lane j the sum of sub-block j of super-block b.
+        let s: [__m512i; 2] = per_index!(2, |b| reduce_pair::<3>(s[2 * b], s[2 * b + 1]));
+        let h = _mm512_loadu_si512(hsum.cast());
+        let rest = _mm512_sub_epi32(_mm512_loadu_si512(qsum.cast()), h);
+        let scaled: [__m512i; 2] = per_index!(2, |b| {
+            let idx = const { [sub_block_sums_index(0), sub_block_sums_index(1)] };
+            let xsum = _mm512_permutex2var_epi32(h, _mm512_loadu_epi32(idx[b].as_ptr()), rest);
+            let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blocks.add(Q6K_BLOCK * b + Q6K_SCALES_AT).cast()));
+            _mm512_mullo_epi32(sc, _mm512_sub_epi32(s[b], _mm512_slli_epi32(xsum, 5)))
+        });
+        Vnni(reduce_pair::<3>(scaled[0], scaled[1]))
+    }
+}
+
+/// The code registers `r` (register k: the 8 code words of groups `2 k` and `2 k + 1`) in the
+/// chunked order ([`IntLanes::Q4`]'s: register j, lane l = word j of group l), by the three
+/// stages of two-source permutations ([`q8_place`]).
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn chunked_order(mut r: [__m512i; 8]) -> [__m512i; 8] {
+    // SAFETY: the CPU has AVX-512 F (this function's precondition); the indices are 16 i32.
+    unsafe {
+        for stage in &Q8_STAGES {
+            r = per_index!(8, |v| {
+                let (a, b, idx) = &stage[v];
+                _mm512_permutex2var_epi32(r[*a], _mm512_loadu_epi32(idx.as_ptr()), r[*b])
+            });
+        }
+        r
     }
 }
 
@@ -270,13 +381,7 @@ impl IntLanes for Vnni {
             if n < 16 {
                 return Self::q8(super::kinds::chunk_from_blocks(blocks, n).as_ptr(), n);
             }
-            let mut r: [__m512i; 8] = per_index!(8, |k| q8_block_pair(blocks, k));
-            for stage in &Q8_STAGES {
-                r = per_index!(8, |v| {
-                    let (a, b, idx) = &stage[v];
-                    _mm512_permutex2var_epi32(r[*a], _mm512_loadu_epi32(idx.as_ptr()), r[*b])
-                });
-            }
+            let r = chunked_order(per_index!(8, |k| q8_block_pair(blocks, k)));
             let bias = _mm512_set1_epi8(0x80u8 as i8);
             per_index!(8, |k| _mm512_xor_si512(r[k], bias))
         }
@@ -361,6 +466,24 @@ impl IntLanes for Vnni {
                 w[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), hb[1]);
             }
             let (sc0, sc1) = sub_scales512(sub, n);
+            (w, sc0, sc1)
+        }
+    }
+    /// Two super-blocks: their codes unpacked 64 at a time ([`q6k_codes64`]), two groups per
+    /// register, then moved into the chunked order ([`chunked_order`]); their 16 sub-block
+    /// scales each are the chunk's 16 pairs. One super-block takes the default copy.
+    #[inline(always)]
+    unsafe fn q6_blocks(blocks: *const u8, n: usize) -> Self::Q6 {
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `blocks` is valid for `n / 8`
+        // super-blocks (the `IntLanes` contract).
+        unsafe {
+            if n < 16 {
+                let chunk = super::kinds::chunk_from_q6k_blocks(blocks, n);
+                return Self::q6(chunk.as_ptr(), chunk.as_ptr().add(24 * n), n);
+            }
+            let w = chunked_order(per_index!(8, |k| q6k_codes64(blocks.add(Q6K_BLOCK * (k / 4)), k % 4)));
+            let scales = blocks.add(Q6K_SCALES_AT);
+            let (sc0, sc1) = sub_scale_pairs(_mm256_loadu2_m128i(scales.add(Q6K_BLOCK).cast(), scales.cast()));
             (w, sc0, sc1)
         }
     }
@@ -541,8 +664,8 @@ impl IntLanes for Vnni {
             Avx512(_mm512_permutexvar_ps(idx, v.0))
         }
     }
-    /// One token over a full chunk of Q8_0's blocks read in place: [`q8_blocks_dots`] against
-    /// the codes in group order.
+    /// One token over a full chunk of blocks read in place: [`q8_blocks_dots`] (Q8_0) or
+    /// [`q6k_blocks_dots`] (Q6_K) against the codes in group order.
     /// Several tokens: word by word, every `(row, token)` integer sum kept in a register,
     /// so a tile holds two code words per row instead of a whole chunk's eight, and each
     /// activation word is loaded once for all the tile's rows (`examples/int8_speed.rs` times
@@ -561,8 +684,9 @@ impl IntLanes for Vnni {
         unsafe {
             let g0 = c * CHUNK_GROUPS;
             let n = (groups - g0).min(CHUNK_GROUPS);
-            if K::BLOCKS && NR == 1 && NT == 1 && n == CHUNK_GROUPS {
-                let isum = q8_blocks_dots(rows[0].add(g0 * Q8_0_BLOCK), x.grouped.add(g0 * 32), x.qsum.add(g0));
+            if K::BLOCKS.is_some() && NR == 1 && NT == 1 && n == CHUNK_GROUPS {
+                let (blocks, xg, qsum) = (K::codes(rows[0], g0), x.grouped.add(g0 * 32), x.qsum.add(g0));
+                let isum = if K::BLOCKS == Some(GgmlType::Q6_K) { q6k_blocks_dots(blocks, xg, qsum, x.hsum.add(g0)) } else { q8_blocks_dots(blocks, xg, qsum) };
                 let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
                 acc[0][0] = scale_add::<Avx512, K>(acc[0][0], isum.to_f32(), dw[0], Avx512::load(x.d.add(g0)), mw[0], Avx512::zero());
                 return;

@@ -11,7 +11,8 @@ use crate::kernels::f16_chunk;
 use crate::kernels::kquant::{Q4K_HEADER, SUPER_GROUPS};
 use crate::kernels::kquant_low::Q2K_CODE_BYTES;
 use crate::kernels::lanes::Lanes16;
-use crate::kernels::{kquant_low, q5};
+use crate::kernels::{kquant, kquant_low, q5};
+use crate::tensor::GgmlType;
 
 /// How one weight type's chunk enters the integer dot product.
 ///
@@ -30,8 +31,9 @@ pub(crate) trait Kind {
     /// Whether the codes are 8 words of one byte per value (Q8_0) or 4 of nibbles, which
     /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
     const WORD_PAIRS: bool = true;
-    /// Whether rows are ggml's Q8_0 blocks read in place ([`KQ8_0Blocks`]).
-    const BLOCKS: bool = false;
+    /// The type whose ggml blocks the rows are, read in place ([`KQ8_0Blocks`],
+    /// [`KQ6KBlocks`]), or `None` for a packed layout.
+    const BLOCKS: Option<GgmlType> = None;
     /// Whether each group's two halves have sub-block scales folded into the integer sum
     /// (Q6_K, Q3_K, Q2_K): then [`Kind::vnni_words`] gives them.
     const HALVES: bool = false;
@@ -46,6 +48,13 @@ pub(crate) trait Kind {
         // SAFETY: `row` is a packed row of `groups` groups (the `Kind` contract), so its scales
         // part follows its codes within it.
         unsafe { row.add(groups * Self::CODE_BYTES) }
+    }
+    /// Where the codes of the chunk starting at group `g0` are in the row at `row`: by default
+    /// `CODE_BYTES` per group before it.
+    #[inline(always)]
+    unsafe fn codes(row: *const u8, g0: usize) -> *const u8 {
+        // SAFETY: `row` is a packed row holding the chunk (the `Kind` contract).
+        unsafe { row.add(g0 * Self::CODE_BYTES) }
     }
     /// Where the sub-block scales of the chunk starting at group `g0` are, for a row whose
     /// scales part starts at `s` (`groups` groups): by default 2 bytes per group (Q6_K's).
@@ -220,7 +229,7 @@ impl Kind for KQ8_0 {
 pub(super) struct KQ8_0Blocks;
 impl Kind for KQ8_0Blocks {
     const CODE_BYTES: usize = Q8_0_BLOCK;
-    const BLOCKS: bool = true;
+    const BLOCKS: Option<GgmlType> = Some(GgmlType::Q8_0);
     const OFFSET: bool = false;
     const BIAS_LOG2: Option<u32> = Some(7);
     /// AVX-512's word-pair tiles read code words from the chunked layout.
@@ -424,6 +433,95 @@ impl Kind for KQ6K {
     unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
         unreachable!("K-quant rows have no narrow chunk")
     }
+}
+
+/// Bytes of one Q6_K super-block: `ql[128]` (low 4 bits), `qh[64]` (bits 4 and 5), 16 i8
+/// sub-block scales, the f16 `d`.
+pub(super) const Q6K_BLOCK: usize = 210;
+/// Offsets of the sub-block scales and of `d` in a Q6_K super-block.
+pub(super) const Q6K_SCALES_AT: usize = 192;
+const Q6K_D_AT: usize = 208;
+
+/// Q6_K read in place from ggml's super-blocks ([`Layout::Blocks`]): a chunk is one or two
+/// super-blocks, and a row's "scales part" is the row itself. Each chunk's codes are
+/// unpacked as they are read into what [`KQ6K`] prepares from its int8 layout
+/// ([`IntLanes::q6_blocks`]), with the sub-block scales (ggml's 16 per super-block are the
+/// groups' `[8][2]`) and `d` read from the blocks: the integer sums and every float step are
+/// [`KQ6K`]'s, and so are the bits.
+///
+/// [`Layout::Blocks`]: crate::kernels::packed::Layout::Blocks
+pub(super) struct KQ6KBlocks;
+impl Kind for KQ6KBlocks {
+    const HALVES: bool = true;
+    const SUPER_BLOCKS: bool = true;
+    /// A super-block's bytes ([`Kind::codes`] finds a chunk's).
+    const CODE_BYTES: usize = Q6K_BLOCK;
+    const BLOCKS: Option<GgmlType> = Some(GgmlType::Q6_K);
+    const OFFSET: bool = false;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q6;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
+        KQ6K::vnni_words(w)
+    }
+    #[inline(always)]
+    unsafe fn scales_part(row: *const u8, _groups: usize) -> *const u8 {
+        row
+    }
+    #[inline(always)]
+    unsafe fn codes(row: *const u8, g0: usize) -> *const u8 {
+        // SAFETY: the row holds the chunk's super-blocks (the `Kind` contract).
+        unsafe { row.add(Q6K_BLOCK * (g0 / SUPER_GROUPS)) }
+    }
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(blocks: *const u8, _sub: *const u8, n: usize) -> D::Q6 {
+        // SAFETY: `blocks` is valid for the chunk's `n / 8` super-blocks and the CPU runs `D`'s
+        // ISA (the `Kind` contract).
+        unsafe { D::q6_blocks(blocks, n) }
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> D::F {
+        // SAFETY: as for `KQ6K`, whose codes these are (the `Kind` contract).
+        unsafe { KQ6K::isum::<D>(w, x, qsum, hsum) }
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(row: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        // SAFETY: the row holds the chunk's `n / 8` super-blocks from group `g0` on, and the CPU
+        // runs `D`'s ISA (the `Kind` contract); `d` holds two f16.
+        unsafe {
+            let blocks = Self::codes(row, g0);
+            let mut d = [0u8; 4];
+            for b in 0..n / SUPER_GROUPS {
+                std::ptr::copy_nonoverlapping(blocks.add(Q6K_BLOCK * b + Q6K_D_AT), d.as_mut_ptr().add(2 * b), 2);
+            }
+            (D::q6k_scales(d.as_ptr(), n), <D::F as Lanes16>::zero())
+        }
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
+/// The chunk of `n` (8 or 16) groups of the Q6_K super-blocks at `blocks` in Q6_K's int8
+/// layout ([`kquant`]: the codes in the chunked order, then the `[n][2]` sub-block scales
+/// at byte `24 n`, then the f16 `d`s).
+///
+/// # Safety
+/// `blocks` must be valid for `n / 8` super-blocks, `n` 8 or 16.
+#[inline(always)]
+pub(super) unsafe fn chunk_from_q6k_blocks(blocks: *const u8, n: usize) -> [u8; 2 * Q6K_BLOCK] {
+    let bytes = Q6K_BLOCK * (n / SUPER_GROUPS);
+    let mut out = [0u8; 2 * Q6K_BLOCK];
+    // SAFETY: `blocks` is valid for `bytes` bytes (this function's precondition).
+    let ggml = unsafe { std::slice::from_raw_parts(blocks, bytes) };
+    kquant::pack_rows(GgmlType::Q6_K, 32 * n, ggml, &mut out[..bytes]);
+    out
 }
 
 /// Q5_0: Q4_0's arithmetic on 5-bit codes `u - 16` ([`super::q5`]: `[G][20]` code bytes,

@@ -64,12 +64,15 @@
 //!   magnitude), `acc = fma(m_w d_x, f32(msum), acc)` with `m_w = 0 - dmin` of the group's
 //!   super-block (f16, exact).
 //!
-//! Q8_0 may also be read in place, as ggml's blocks ([`Layout::Blocks`]: each block its f16
-//! scale, then its 32 codes). The codes then enter the same steps with the same values: a
-//! chunk's blocks are transposed into the chunked order as they are read
-//! ([`IntLanes::q8_blocks`]), or, for one token on AVX-512, each block is dotted with the
-//! activation's codes in group order ([`QuantizedRows::grouped`]) and the partial sums of
-//! each group added into its lane; either way `isum` is the same exact integer.
+//! Q8_0 and Q6_K may also be read in place, as ggml's blocks ([`Layout::Blocks`]: a Q8_0
+//! block is its f16 scale, then its 32 codes; a Q6_K super-block its codes' low 4 bits, their
+//! bits 4 and 5, 16 i8 sub-block scales and the f16 `d`). The codes then enter the same steps
+//! with the same values: a chunk's blocks are unpacked into the chunked order as they are read
+//! ([`IntLanes::q8_blocks`], [`IntLanes::q6_blocks`]), or, for one token on AVX-512 and AVX2,
+//! the codes in ggml's order are dotted with the activation's codes in group order
+//! ([`QuantizedRows::grouped`]) and the partial sums added into the group lanes (Q6_K's per
+//! sub-block first, times its scale, then the halves); either way `isum` is the same exact
+//! integer.
 //!
 //! Q5_0 and Q5_1 (rows of groups of 32, so a last chunk may be narrow) are Q4_0 and Q4_1 with
 //! 5-bit codes: `|isum| <= 32 * 31 * 127` (Q5_1), `32 * 16 * 127` (Q5_0); a narrow chunk's
@@ -115,7 +118,7 @@ mod avx2;
 mod avx512;
 
 pub(crate) use kinds::Kind;
-use kinds::{KQ2K, KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5_0, KQ5_1, KQ6K, KQ8_0, KQ8_0Blocks};
+use kinds::{KQ2K, KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5_0, KQ5_1, KQ6K, KQ6KBlocks, KQ8_0, KQ8_0Blocks};
 use scalar::ScalarI32;
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
@@ -224,6 +227,18 @@ pub(crate) trait IntLanes: Copy {
     /// Q6_K codes of a chunk of `n` (8 or 16) groups at `codes`, sub-block scales at `sub`
     /// (`[n][2]` i8); missing lanes are zero.
     unsafe fn q6(codes: *const u8, sub: *const u8, n: usize) -> Self::Q6;
+    /// [`IntLanes::q6`]'s prepared codes and scales of a chunk of `n` (8 or 16) groups read
+    /// from ggml's Q6_K super-blocks at `blocks` (210 bytes each) instead of the int8 layout.
+    /// By default the chunk is packed into that layout first.
+    #[inline(always)]
+    unsafe fn q6_blocks(blocks: *const u8, n: usize) -> Self::Q6 {
+        // SAFETY: `blocks` is valid for `n / 8` super-blocks (the `IntLanes` contract), and the
+        // packed chunk holds the codes and, from byte `24 n`, the sub-block scales `q6` reads.
+        unsafe {
+            let chunk = kinds::chunk_from_q6k_blocks(blocks, n);
+            Self::q6(chunk.as_ptr(), chunk.as_ptr().add(code_bytes(GgmlType::Q6_K) * n), n)
+        }
+    }
     /// Lane `l`: `sc_0 (sum_{i<16} u x - 32 hsum) + sc_1 (sum_{i>=16} u x - 32 (qsum - hsum))`,
     /// as f32 (exact: the bounds in the module docs).
     unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self::F;
@@ -360,6 +375,7 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
         match w.ty {
             GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
             GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
+            GgmlType::Q6_K if w.layout == Layout::Blocks => tiles::<D, KQ6KBlocks>(w, act, rows, out, token_stride),
             GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
             GgmlType::Q3_K => tiles::<D, KQ3K>(w, act, rows, out, token_stride),
             GgmlType::Q2_K => tiles::<D, KQ2K>(w, act, rows, out, token_stride),
@@ -391,7 +407,7 @@ unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Ran
     // writes what they hold; the outputs `t * token_stride + r..` are in `out` (`check_out`)
     // and this call's alone, and the CPU has `D`'s ISA (this function's precondition).
     unsafe {
-        debug_assert_eq!(K::CODE_BYTES, if w.layout == Layout::Blocks { w.ty.block_bytes() } else { code_bytes(w.ty) });
+        debug_assert!(if w.layout == Layout::Blocks { K::BLOCKS == Some(w.ty) } else { K::BLOCKS.is_none() && K::CODE_BYTES == code_bytes(w.ty) });
         let row_bytes = layout_row_bytes(w.ty, w.layout, w.cols);
         let (groups, wide) = (w.cols / GROUP, wide_chunks(w.cols));
         let tile_rows = if act.n_tokens > 1 { 2 } else { 1 };
@@ -548,7 +564,7 @@ unsafe fn tile<D: IntLanes, K: Kind, const NR: usize, const NT: usize>(
                 a.advance_piece(NR * row_bytes, pieces, wide);
             }
             let g0 = groups - n;
-            let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(rows[r].add(g0 * K::CODE_BYTES), n));
+            let w: [K::T<D>; NR] = per_index!(NR, |r| K::prep_tail::<D>(K::codes(rows[r], g0), n));
             let (mut dw, mw) = chunk_scales::<D, K, NR>(&d_ptr, groups, g0, n);
             // Lane 4g + w: the scale of group g (zero past the groups).
             for d in &mut dw {
@@ -592,11 +608,11 @@ unsafe fn wide_chunk_dots<D: IntLanes, K: Kind, const NR: usize, const NT: usize
     acc: &mut [[D::F; NT]; NR],
 ) {
     // SAFETY: chunk `c` lies within every row and token (this function's precondition), and so
-    // do its codes at `g0 * CODE_BYTES`, its scales and its activation lanes at `g0`.
+    // do its codes (`Kind::codes`), its scales and its activation lanes at `g0`.
     unsafe {
         let g0 = c * CHUNK_GROUPS;
         let n = (groups - g0).min(CHUNK_GROUPS);
-        let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(rows[r].add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr[r], groups, g0), n));
+        let w: [K::W<D>; NR] = per_index!(NR, |r| K::prep::<D>(K::codes(rows[r], g0), K::sub_ptr(d_ptr[r], groups, g0), n));
         let (dw, mw) = chunk_scales::<D, K, NR>(d_ptr, groups, g0, n);
         chunk_dots::<D, K, NR, NT>(per_index!(NR, |r| &w[r]), dw, mw, c, x, acc);
     }
@@ -623,7 +639,7 @@ unsafe fn prepare_chunk<D: IntLanes, K: Kind>(row: *const u8, groups: usize, c: 
         let g0 = c * CHUNK_GROUPS;
         let n = (groups - g0).min(CHUNK_GROUPS);
         let d_ptr = K::scales_part(row, groups);
-        let w = K::prep::<D>(row.add(g0 * K::CODE_BYTES), K::sub_ptr(d_ptr, groups, g0), n);
+        let w = K::prep::<D>(K::codes(row, g0), K::sub_ptr(d_ptr, groups, g0), n);
         let (dw, mw) = K::scales::<D>(d_ptr, groups, g0, n);
         PreparedChunk { w, dw, mw }
     }
