@@ -38,7 +38,7 @@
 //! are `[half h: 2][group g: n][16 bytes]` holding code byte `16h + i` of group `g` at `i`.
 //! Scales and offsets are unchanged.
 //!
-//! Q8_0 and Q6_K need no packing for the int8 kernels: they read their ggml blocks in place
+//! Q8_0, Q5_K and Q6_K need no packing for the int8 kernels: they read their ggml blocks in place
 //! ([`Layout::Blocks`], [`reads_blocks_in_place`]), and their matrices are used from the file
 //! map.
 //!
@@ -277,10 +277,10 @@ pub enum Layout {
 
 /// The types whose int8 kernels read ggml's blocks in place ([`Layout::Blocks`]): Q8_0, whose
 /// block (an f16 scale, then 32 signed codes) the kernels transpose into the chunked order
-/// as they read it, and Q6_K, whose super-block's codes they unpack into it; so at int8
-/// their matrices are used straight from the file map.
+/// as they read it, and Q5_K and Q6_K, whose super-blocks' codes they unpack into it; so at
+/// int8 their matrices are used straight from the file map.
 pub fn reads_blocks_in_place(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q6_K)
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_K | GgmlType::Q6_K)
 }
 
 /// Groups per chunk of the chunked layout.

@@ -3,7 +3,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::kinds::{Q6K_BLOCK, Q6K_SCALES_AT, Q8_0_BLOCK};
+use super::kinds::{Q5K_BLOCK, Q6K_BLOCK, Q6K_SCALES_AT, Q8_0_BLOCK};
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind};
 use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER, SUPER_GROUPS};
 use crate::kernels::lanes::{Avx2x2, Lanes16};
@@ -133,9 +133,26 @@ unsafe fn q8_block_dot(block: *const u8, x: *const i8) -> __m256i {
     }
 }
 
-/// 8 consecutive blocks' dots ([`q8_block_dot`]) reduced to one sum per block, lane `i` the
-/// sum of block `i`: pairwise horizontal adds in three levels, the last one across the two
-/// 128-bit halves.
+/// 8 groups' partial sums (`v[i]`: 8 lanes of 4 values each, in value order) reduced to one
+/// sum per group, lane `i` the sum of group `i`: pairwise horizontal adds in three levels, the
+/// last one across the two 128-bit halves.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn group_sums8(v: [__m256i; 8]) -> __m256i {
+    // SAFETY: the CPU has AVX2 (this function's precondition).
+    unsafe {
+        // Lanes [group 2i: sums of values 0..8, 8..16; group 2i + 1: the same | values 16..32].
+        let s: [__m256i; 4] = per_index!(4, |i| _mm256_hadd_epi32(v[2 * i], v[2 * i + 1]));
+        // Lanes [groups 0..4 (or 4..8): sums of values 0..16 | of values 16..32].
+        let (t0, t1) = (_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+        _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(t0, t1), _mm256_permute2x128_si256::<0x31>(t0, t1))
+    }
+}
+
+/// 8 consecutive blocks' dots ([`q8_block_dot`]) reduced to one sum per block
+/// ([`group_sums8`]).
 ///
 /// # Safety
 /// The CPU must have AVX2; `blocks` must be valid for 8 blocks, `x` for 256 bytes.
@@ -143,14 +160,7 @@ unsafe fn q8_block_dot(block: *const u8, x: *const i8) -> __m256i {
 unsafe fn q8_blocks_dots8(blocks: *const u8, x: *const i8) -> __m256i {
     // SAFETY: the CPU has AVX2, and block `i < 8` and its 32 activation bytes are within the
     // caller's buffers (this function's precondition).
-    unsafe {
-        let v: [__m256i; 8] = per_index!(8, |i| q8_block_dot(blocks.add(Q8_0_BLOCK * i), x.add(32 * i)));
-        // Lanes [block 2i: sums of values 0..8, 8..16; block 2i + 1: the same | values 16..32].
-        let s: [__m256i; 4] = per_index!(4, |i| _mm256_hadd_epi32(v[2 * i], v[2 * i + 1]));
-        // Lanes [blocks 0..4 (or 4..8): sums of values 0..16 | of values 16..32].
-        let (t0, t1) = (_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-        _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(t0, t1), _mm256_permute2x128_si256::<0x31>(t0, t1))
-    }
+    unsafe { group_sums8(per_index!(8, |i| q8_block_dot(blocks.add(Q8_0_BLOCK * i), x.add(32 * i)))) }
 }
 
 /// One token's integer sums (step 1) of a full chunk of 16 Q8_0 blocks at `blocks` against
@@ -164,6 +174,44 @@ unsafe fn q8_blocks_dots(blocks: *const u8, xg: *const i8) -> Avx2I32 {
     // SAFETY: the halves are blocks 0..8 and 8..16 with their activation bytes, within the
     // caller's buffers (this function's precondition).
     unsafe { Avx2I32(q8_blocks_dots8(blocks, xg), q8_blocks_dots8(blocks.add(8 * Q8_0_BLOCK), xg.add(256))) }
+}
+
+/// Group `g` (< 8) of the Q5_K super-block at `block` against its 32 activation codes (at
+/// `x`): 8 partial sums of `u x` over 4 values each (`u` in i16 pairs, at most `2 * 31 * 127`
+/// in magnitude, then widened). Value `l` has its low 4 bits in nibble `g % 2` of
+/// `qs[32 (g / 2) + l]` and bit 4 in bit `g` of `qh[l]`.
+///
+/// # Safety
+/// The CPU must have AVX2; `block` must be valid for a super-block, `x` for 32 bytes.
+#[inline(always)]
+unsafe fn q5k_group_dot(block: *const u8, g: usize, x: *const i8) -> __m256i {
+    // SAFETY: the CPU has AVX2, and the loads read 32 bytes of the super-block's `qs`, its
+    // `qh` and the 32 activation bytes (this function's precondition).
+    unsafe {
+        let qh = _mm256_loadu_si256(block.add(Q4K_HEADER).cast());
+        let qs = _mm256_loadu_si256(block.add(Q4K_HEADER + 32 + 32 * (g / 2)).cast());
+        let low = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (g % 2) as i32)), _mm256_set1_epi8(0x0F));
+        let high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(g as i32)), _mm256_set1_epi8(1));
+        let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256(x.cast())), _mm256_set1_epi16(1))
+    }
+}
+
+/// One token's integer sums (step 1) of a full chunk of two Q5_K super-blocks at `blocks`
+/// against the chunk's activation codes in group order (`xg`, 512 bytes): each group's partial
+/// sums ([`q5k_group_dot`]) reduced to one per group ([`group_sums8`]). Exact, so `dot_q5`'s
+/// sums on the unpacked codes.
+///
+/// # Safety
+/// The CPU must have AVX2; `blocks` must be valid for 2 super-blocks, `xg` for 512 bytes.
+#[inline(always)]
+unsafe fn q5k_blocks_dots(blocks: *const u8, xg: *const i8) -> Avx2I32 {
+    // SAFETY: group `g < 8` of each super-block and its 32 activation bytes are within the
+    // caller's buffers (this function's precondition).
+    unsafe {
+        let half: [__m256i; 2] = per_index!(2, |b| group_sums8(per_index!(8, |g| q5k_group_dot(blocks.add(Q5K_BLOCK * b), g, xg.add(256 * b + 32 * g)))));
+        Avx2I32(half[0], half[1])
+    }
 }
 
 /// Group `g` (< 8) of the Q6_K super-block at `block` against its 32 activation codes (at
@@ -237,8 +285,8 @@ impl IntLanes for Avx2I32 {
     /// unpacked chunk is held in registers (or spilled). The integer sums are `dot_q4`'s and
     /// `dot_q8`'s (in i16 within their bounds, then widened), so the result is
     /// `wide_chunk_dots`', which the other types take. One token over a full chunk of Q8_0's
-    /// blocks read in place takes [`q8_blocks_dots`] (Q8_0) or [`q6k_blocks_dots`] (Q6_K)
-    /// against the codes in group order.
+    /// blocks read in place takes [`q8_blocks_dots`] (Q8_0), [`q5k_blocks_dots`] (Q5_K) or
+    /// [`q6k_blocks_dots`] (Q6_K) against the codes in group order.
     #[inline(always)]
     unsafe fn wide_chunk<K: Kind, const NR: usize, const NT: usize>(
         rows: &[*const u8; NR],
@@ -254,9 +302,14 @@ impl IntLanes for Avx2I32 {
             if K::BLOCKS.is_some() && NR == 1 && NT == 1 && groups - c * CHUNK_GROUPS >= CHUNK_GROUPS {
                 let g0 = c * CHUNK_GROUPS;
                 let (blocks, xg) = (K::codes(rows[0], g0), x.grouped.add(g0 * 32));
-                let isum = if K::BLOCKS == Some(GgmlType::Q6_K) { q6k_blocks_dots(blocks, xg) } else { q8_blocks_dots(blocks, xg) };
+                let isum = match K::BLOCKS {
+                    Some(GgmlType::Q6_K) => q6k_blocks_dots(blocks, xg),
+                    Some(GgmlType::Q5_K) => q5k_blocks_dots(blocks, xg),
+                    _ => q8_blocks_dots(blocks, xg),
+                };
                 let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, CHUNK_GROUPS);
-                acc[0][0] = scale_add::<Avx2x2, K>(acc[0][0], isum.to_f32(), dw[0], Avx2x2::load(x.d.add(g0)), mw[0], Avx2x2::zero());
+                let sx = if K::OFFSET { Avx2x2::load(x.s.add(g0)) } else { Avx2x2::zero() };
+                acc[0][0] = scale_add::<Avx2x2, K>(acc[0][0], isum.to_f32(), dw[0], Avx2x2::load(x.d.add(g0)), mw[0], sx);
                 return;
             }
             let (q8, nibbles) = word_by_word::<K>();

@@ -3,7 +3,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::kinds::{Q6K_BLOCK, Q6K_SCALES_AT, Q8_0_BLOCK};
+use super::kinds::{Q5K_BLOCK, Q6K_BLOCK, Q6K_SCALES_AT, Q8_0_BLOCK};
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind, PreparedChunk};
 use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER};
 use crate::kernels::lanes::{Avx512, Lanes16};
@@ -296,6 +296,54 @@ unsafe fn q6k_codes64(block: *const u8, i: usize) -> __m512i {
     }
 }
 
+/// The 64 codes `u` (0..32) of groups `2 j` (bytes 0..32) and `2 j + 1` (`j` < 4) of the Q5_K
+/// super-block at `block`, one byte each: value `l` of group `k` has its low 4 bits in nibble
+/// `k % 2` of `qs[32 (k / 2) + l]` and bit 4 in bit `k` of `qh[l]`. One load of each into both
+/// halves, shifted within each byte by the half's nibble and bit (the 16-bit shifts move no
+/// kept bit across a byte), masked.
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW), and `block` be valid for a super-block.
+#[inline(always)]
+unsafe fn q5k_codes64(block: *const u8, j: usize) -> __m512i {
+    // SAFETY: the loads read `qh` and `qs[32 j..32 j + 32]` of the super-block (this function's
+    // precondition).
+    unsafe {
+        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(Q4K_HEADER).cast()));
+        let qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(Q4K_HEADER + 32 + 32 * j).cast()));
+        let nibble = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
+        let bit = _mm512_inserti64x4::<1>(_mm512_set1_epi16(2 * j as i16), _mm256_set1_epi16(2 * j as i16 + 1));
+        let low = _mm512_and_si512(_mm512_srlv_epi16(qs, nibble), _mm512_set1_epi8(0x0F));
+        let high = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, bit), _mm512_set1_epi8(1)), 4);
+        _mm512_or_si512(low, high)
+    }
+}
+
+/// One token's integer sums (step 1) of a full chunk of two Q5_K super-blocks at `blocks`
+/// against the chunk's activation codes in group order (`xg`, 512 bytes): each two groups'
+/// codes ([`q5k_codes64`]) against 64 activation bytes by one `vpdpbusd`, then the 8 partial
+/// sums of each group added by three stages of permutations into lane `l` = group `l`. The
+/// sums are exact, so they are `dot_q5`'s on the unpacked codes.
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW, VNNI); `blocks` must be valid for 2 super-blocks and `xg`
+/// for 512 bytes.
+#[inline(always)]
+unsafe fn q5k_blocks_dots(blocks: *const u8, xg: *const i8) -> Vnni {
+    // SAFETY: the CPU has AVX-512 (F, BW, VNNI), and the loads stay within the 2 super-blocks
+    // and the 512 activation bytes (this function's precondition).
+    unsafe {
+        // Register k: lanes 0..8 the partial sums of group 2k, lanes 8..16 of group 2k + 1.
+        let s: [__m512i; 8] = per_index!(8, |k| {
+            let u = q5k_codes64(blocks.add(Q5K_BLOCK * (k / 4)), k % 4);
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xg.add(64 * k).cast()))
+        });
+        let s: [__m512i; 4] = per_index!(4, |k| reduce_pair::<1>(s[2 * k], s[2 * k + 1]));
+        let s: [__m512i; 2] = per_index!(2, |k| reduce_pair::<2>(s[2 * k], s[2 * k + 1]));
+        Vnni(reduce_pair::<3>(s[0], s[1]))
+    }
+}
+
 /// Lane indices that put the activation code sums of super-block `b`'s 16 sub-blocks in
 /// order from a chunk's first-half sums (first source) and second-half sums (second).
 const fn sub_block_sums_index(b: usize) -> [i32; 16] {
@@ -469,6 +517,20 @@ impl IntLanes for Vnni {
             (w, sc0, sc1)
         }
     }
+    /// Two super-blocks: their codes unpacked two groups per register ([`q5k_codes64`]), then
+    /// moved into the chunked order ([`chunked_order`]). One super-block takes the default
+    /// copy.
+    #[inline(always)]
+    unsafe fn q5k_blocks(blocks: *const u8, n: usize) -> Self::Q4 {
+        // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `blocks` is valid for `n / 8`
+        // super-blocks (the `IntLanes` contract).
+        unsafe {
+            if n < 16 {
+                return Self::q5(super::kinds::chunk_from_kquant_blocks(GgmlType::Q5_K, blocks, n).as_ptr(), n);
+            }
+            chunked_order(per_index!(8, |k| q5k_codes64(blocks.add(Q5K_BLOCK * (k / 4)), k % 4)))
+        }
+    }
     /// Two super-blocks: their codes unpacked 64 at a time ([`q6k_codes64`]), two groups per
     /// register, then moved into the chunked order ([`chunked_order`]); their 16 sub-block
     /// scales each are the chunk's 16 pairs. One super-block takes the default copy.
@@ -478,7 +540,7 @@ impl IntLanes for Vnni {
         // super-blocks (the `IntLanes` contract).
         unsafe {
             if n < 16 {
-                let chunk = super::kinds::chunk_from_q6k_blocks(blocks, n);
+                let chunk = super::kinds::chunk_from_kquant_blocks(GgmlType::Q6_K, blocks, n);
                 return Self::q6(chunk.as_ptr(), chunk.as_ptr().add(24 * n), n);
             }
             let w = chunked_order(per_index!(8, |k| q6k_codes64(blocks.add(Q6K_BLOCK * (k / 4)), k % 4)));
@@ -664,8 +726,9 @@ impl IntLanes for Vnni {
             Avx512(_mm512_permutexvar_ps(idx, v.0))
         }
     }
-    /// One token over a full chunk of blocks read in place: [`q8_blocks_dots`] (Q8_0) or
-    /// [`q6k_blocks_dots`] (Q6_K) against the codes in group order.
+    /// One token over a full chunk of blocks read in place: [`q8_blocks_dots`] (Q8_0),
+    /// [`q5k_blocks_dots`] (Q5_K) or [`q6k_blocks_dots`] (Q6_K) against the codes in group
+    /// order.
     /// Several tokens: word by word, every `(row, token)` integer sum kept in a register,
     /// so a tile holds two code words per row instead of a whole chunk's eight, and each
     /// activation word is loaded once for all the tile's rows (`examples/int8_speed.rs` times
@@ -686,9 +749,14 @@ impl IntLanes for Vnni {
             let n = (groups - g0).min(CHUNK_GROUPS);
             if K::BLOCKS.is_some() && NR == 1 && NT == 1 && n == CHUNK_GROUPS {
                 let (blocks, xg, qsum) = (K::codes(rows[0], g0), x.grouped.add(g0 * 32), x.qsum.add(g0));
-                let isum = if K::BLOCKS == Some(GgmlType::Q6_K) { q6k_blocks_dots(blocks, xg, qsum, x.hsum.add(g0)) } else { q8_blocks_dots(blocks, xg, qsum) };
+                let isum = match K::BLOCKS {
+                    Some(GgmlType::Q6_K) => q6k_blocks_dots(blocks, xg, qsum, x.hsum.add(g0)),
+                    Some(GgmlType::Q5_K) => q5k_blocks_dots(blocks, xg),
+                    _ => q8_blocks_dots(blocks, xg, qsum),
+                };
                 let (dw, mw) = chunk_scales::<Self, K, NR>(d_ptr, groups, g0, n);
-                acc[0][0] = scale_add::<Avx512, K>(acc[0][0], isum.to_f32(), dw[0], Avx512::load(x.d.add(g0)), mw[0], Avx512::zero());
+                let sx = if K::OFFSET { Avx512::load(x.s.add(g0)) } else { Avx512::zero() };
+                acc[0][0] = scale_add::<Avx512, K>(acc[0][0], isum.to_f32(), dw[0], Avx512::load(x.d.add(g0)), mw[0], sx);
                 return;
             }
             if NT == 1 || !K::WORD_PAIRS {

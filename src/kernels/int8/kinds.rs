@@ -435,6 +435,73 @@ impl Kind for KQ6K {
     }
 }
 
+/// Bytes of one Q5_K super-block: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and mins (the
+/// header, as Q4_K's), `qh[32]` (bit 4 of each value), `qs[128]` (the low 4 bits).
+pub(super) const Q5K_BLOCK: usize = 176;
+
+/// Q5_K read in place from ggml's super-blocks ([`Layout::Blocks`]), as [`KQ6KBlocks`] reads
+/// Q6_K: each chunk's codes are unpacked as they are read into what [`KQ5K`] prepares from its
+/// int8 layout ([`IntLanes::q5k_blocks`]), and the scales and offsets come from the blocks'
+/// headers: the integer sums and every float step are [`KQ5K`]'s, and so are the bits.
+///
+/// [`Layout::Blocks`]: crate::kernels::packed::Layout::Blocks
+pub(super) struct KQ5KBlocks;
+impl Kind for KQ5KBlocks {
+    const SUPER_BLOCKS: bool = true;
+    /// A super-block's bytes ([`Kind::codes`] finds a chunk's).
+    const CODE_BYTES: usize = Q5K_BLOCK;
+    const BLOCKS: Option<GgmlType> = Some(GgmlType::Q5_K);
+    const OFFSET: bool = true;
+    const BIAS_LOG2: Option<u32> = None;
+    const WORD_PAIRS: bool = false;
+    type W<D: IntLanes> = D::Q4;
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>) {
+        KQ5K::vnni_words(w)
+    }
+    #[inline(always)]
+    unsafe fn scales_part(row: *const u8, _groups: usize) -> *const u8 {
+        row
+    }
+    #[inline(always)]
+    unsafe fn codes(row: *const u8, g0: usize) -> *const u8 {
+        // SAFETY: the row holds the chunk's super-blocks (the `Kind` contract).
+        unsafe { row.add(Q5K_BLOCK * (g0 / SUPER_GROUPS)) }
+    }
+    #[inline(always)]
+    unsafe fn prep<D: IntLanes>(blocks: *const u8, _sub: *const u8, n: usize) -> D::Q4 {
+        // SAFETY: `blocks` is valid for the chunk's `n / 8` super-blocks and the CPU runs `D`'s
+        // ISA (the `Kind` contract).
+        unsafe { D::q5k_blocks(blocks, n) }
+    }
+    #[inline(always)]
+    unsafe fn isum<D: IntLanes>(w: &D::Q4, x: *const i8, qsum: *const i32, hsum: *const i32) -> D::F {
+        // SAFETY: as for `KQ5K`, whose codes these are (the `Kind` contract).
+        unsafe { KQ5K::isum::<D>(w, x, qsum, hsum) }
+    }
+    #[inline(always)]
+    unsafe fn scales<D: IntLanes>(row: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
+        // SAFETY: the row holds the chunk's `n / 8` super-blocks from group `g0` on, and the CPU
+        // runs `D`'s ISA (the `Kind` contract); `headers` holds two headers.
+        unsafe {
+            let blocks = Self::codes(row, g0);
+            let mut headers = [0u8; 2 * Q4K_HEADER];
+            for b in 0..n / SUPER_GROUPS {
+                std::ptr::copy_nonoverlapping(blocks.add(Q5K_BLOCK * b), headers.as_mut_ptr().add(Q4K_HEADER * b), Q4K_HEADER);
+            }
+            D::q4k_scales(headers.as_ptr(), n)
+        }
+    }
+    type T<D: IntLanes> = D::T4;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("K-quant rows have no narrow chunk")
+    }
+}
+
 /// Bytes of one Q6_K super-block: `ql[128]` (low 4 bits), `qh[64]` (bits 4 and 5), 16 i8
 /// sub-block scales, the f16 `d`.
 pub(super) const Q6K_BLOCK: usize = 210;
@@ -508,19 +575,19 @@ impl Kind for KQ6KBlocks {
     }
 }
 
-/// The chunk of `n` (8 or 16) groups of the Q6_K super-blocks at `blocks` in Q6_K's int8
-/// layout ([`kquant`]: the codes in the chunked order, then the `[n][2]` sub-block scales
-/// at byte `24 n`, then the f16 `d`s).
+/// The chunk of `n` (8 or 16) groups of the super-blocks of `ty` (Q5_K or Q6_K) at `blocks`
+/// in the type's int8 layout ([`kquant`]: the codes in the chunked order from byte 0; Q6_K's
+/// `[n][2]` sub-block scales at byte `24 n`).
 ///
 /// # Safety
 /// `blocks` must be valid for `n / 8` super-blocks, `n` 8 or 16.
 #[inline(always)]
-pub(super) unsafe fn chunk_from_q6k_blocks(blocks: *const u8, n: usize) -> [u8; 2 * Q6K_BLOCK] {
-    let bytes = Q6K_BLOCK * (n / SUPER_GROUPS);
+pub(super) unsafe fn chunk_from_kquant_blocks(ty: GgmlType, blocks: *const u8, n: usize) -> [u8; 2 * Q6K_BLOCK] {
+    let bytes = ty.block_bytes() * (n / SUPER_GROUPS);
     let mut out = [0u8; 2 * Q6K_BLOCK];
     // SAFETY: `blocks` is valid for `bytes` bytes (this function's precondition).
     let ggml = unsafe { std::slice::from_raw_parts(blocks, bytes) };
-    kquant::pack_rows(GgmlType::Q6_K, 32 * n, ggml, &mut out[..bytes]);
+    kquant::pack_rows(ty, 32 * n, ggml, &mut out[..bytes]);
     out
 }
 

@@ -64,9 +64,10 @@
 //!   magnitude), `acc = fma(m_w d_x, f32(msum), acc)` with `m_w = 0 - dmin` of the group's
 //!   super-block (f16, exact).
 //!
-//! Q8_0 and Q6_K may also be read in place, as ggml's blocks ([`Layout::Blocks`]: a Q8_0
-//! block is its f16 scale, then its 32 codes; a Q6_K super-block its codes' low 4 bits, their
-//! bits 4 and 5, 16 i8 sub-block scales and the f16 `d`). The codes then enter the same steps
+//! Q8_0, Q5_K and Q6_K may also be read in place, as ggml's blocks ([`Layout::Blocks`]: a
+//! Q8_0 block is its f16 scale, then its 32 codes; a Q5_K super-block its header (as Q4_K's),
+//! the codes' bit 4, their low 4 bits; a Q6_K super-block its codes' low 4 bits, their bits 4
+//! and 5, 16 i8 sub-block scales and the f16 `d`). The codes then enter the same steps
 //! with the same values: a chunk's blocks are unpacked into the chunked order as they are read
 //! ([`IntLanes::q8_blocks`], [`IntLanes::q6_blocks`]), or, for one token on AVX-512 and AVX2,
 //! the codes in ggml's order are dotted with the activation's codes in group order
@@ -118,7 +119,7 @@ mod avx2;
 mod avx512;
 
 pub(crate) use kinds::Kind;
-use kinds::{KQ2K, KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5_0, KQ5_1, KQ6K, KQ6KBlocks, KQ8_0, KQ8_0Blocks};
+use kinds::{KQ2K, KQ3K, KQ4K, KQ4_0, KQ4_1, KQ5K, KQ5KBlocks, KQ5_0, KQ5_1, KQ6K, KQ6KBlocks, KQ8_0, KQ8_0Blocks};
 use scalar::ScalarI32;
 
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r]` = row `r` of `w`
@@ -235,9 +236,18 @@ pub(crate) trait IntLanes: Copy {
         // SAFETY: `blocks` is valid for `n / 8` super-blocks (the `IntLanes` contract), and the
         // packed chunk holds the codes and, from byte `24 n`, the sub-block scales `q6` reads.
         unsafe {
-            let chunk = kinds::chunk_from_q6k_blocks(blocks, n);
+            let chunk = kinds::chunk_from_kquant_blocks(GgmlType::Q6_K, blocks, n);
             Self::q6(chunk.as_ptr(), chunk.as_ptr().add(code_bytes(GgmlType::Q6_K) * n), n)
         }
+    }
+    /// [`IntLanes::q5`]'s unpacked codes of a chunk of `n` (8 or 16) groups read from ggml's
+    /// Q5_K super-blocks at `blocks` (176 bytes each) instead of the int8 layout. By default
+    /// the chunk is packed into that layout first.
+    #[inline(always)]
+    unsafe fn q5k_blocks(blocks: *const u8, n: usize) -> Self::Q4 {
+        // SAFETY: `blocks` is valid for `n / 8` super-blocks (the `IntLanes` contract), and the
+        // packed chunk holds the codes `q5` reads.
+        unsafe { Self::q5(kinds::chunk_from_kquant_blocks(GgmlType::Q5_K, blocks, n).as_ptr(), n) }
     }
     /// Lane `l`: `sc_0 (sum_{i<16} u x - 32 hsum) + sc_1 (sum_{i>=16} u x - 32 (qsum - hsum))`,
     /// as f32 (exact: the bounds in the module docs).
@@ -374,6 +384,7 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
     unsafe {
         match w.ty {
             GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
+            GgmlType::Q5_K if w.layout == Layout::Blocks => tiles::<D, KQ5KBlocks>(w, act, rows, out, token_stride),
             GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
             GgmlType::Q6_K if w.layout == Layout::Blocks => tiles::<D, KQ6KBlocks>(w, act, rows, out, token_stride),
             GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
