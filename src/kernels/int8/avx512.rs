@@ -270,8 +270,9 @@ unsafe fn q8_blocks_dots(blocks: *const u8, xg: *const i8, qsum: *const i32) -> 
 /// `block`, one byte each: groups `2 i` (bytes 0..32) and `2 i + 1`. Value `128 n + 32 t + l`
 /// (`i = 2 n + t / 2`) has its low 4 bits in nibble `t / 2` of `ql[64 n + 32 (t % 2) + l]`
 /// and bits 4 and 5 in bits `2 t..2 t + 2` of `qh[32 n + l]`, so one load of `ql` serves both
-/// groups, and one of `qh` (into both halves) is shifted by `4 - 2 t` within each byte and
-/// masked to bits 4 and 5 (the 16-bit shifts move no kept bit across a byte).
+/// groups, and one of `qh` (into both halves) is shifted by `4 - 2 t` within each byte (an
+/// immediate shift of both halves, then of the low or high half alone) and masked to bits 4
+/// and 5 (the 16-bit shifts move no kept bit across a byte).
 ///
 /// # Safety
 /// The CPU must have AVX-512 (F, BW), and `block` be valid for a super-block.
@@ -284,23 +285,25 @@ unsafe fn q6k_codes64(block: *const u8, i: usize) -> __m512i {
         let ql = _mm512_loadu_si512(block.add(64 * n).cast());
         let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(128 + 32 * n).cast()));
         let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
-        if i.is_multiple_of(2) {
+        let (low, high) = if i.is_multiple_of(2) {
             // t = 0 (shift left by 4), t = 1 (by 2).
-            let left = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
-            _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30))
+            let by2 = _mm512_slli_epi16(qh, 2);
+            (ql, _mm512_mask_slli_epi16(by2, LOW_HALF, by2, 2))
         } else {
             // t = 2 (no shift), t = 3 (right by 2).
-            let right = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30))
-        }
+            (_mm512_srli_epi16(ql, 4), _mm512_mask_srli_epi16(qh, !LOW_HALF, qh, 2))
+        };
+        // (low & 0x0F) | (high & 0x30)
+        _mm512_ternarylogic_epi32::<0xEA>(low, m4, _mm512_and_si512(high, m30))
     }
 }
 
 /// The 64 codes `u` (0..32) of groups `2 j` (bytes 0..32) and `2 j + 1` (`j` < 4) of the Q5_K
 /// super-block at `block`, one byte each: value `l` of group `k` has its low 4 bits in nibble
 /// `k % 2` of `qs[32 (k / 2) + l]` and bit 4 in bit `k` of `qh[l]`. One load of each into both
-/// halves, shifted within each byte by the half's nibble and bit (the 16-bit shifts move no
-/// kept bit across a byte), masked.
+/// halves, shifted within each byte by the half's nibble and bit (immediate shifts of both
+/// halves, then of the high half alone; the 16-bit shifts move no kept bit across a byte),
+/// masked.
 ///
 /// # Safety
 /// The CPU must have AVX-512 (F, BW), and `block` be valid for a super-block.
@@ -311,11 +314,17 @@ unsafe fn q5k_codes64(block: *const u8, j: usize) -> __m512i {
     unsafe {
         let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(Q4K_HEADER).cast()));
         let qs = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(Q4K_HEADER + 32 + 32 * j).cast()));
-        let nibble = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
-        let bit = _mm512_inserti64x4::<1>(_mm512_set1_epi16(2 * j as i16), _mm256_set1_epi16(2 * j as i16 + 1));
-        let low = _mm512_and_si512(_mm512_srlv_epi16(qs, nibble), _mm512_set1_epi8(0x0F));
-        let high = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, bit), _mm512_set1_epi8(1)), 4);
-        _mm512_or_si512(low, high)
+        let low = _mm512_mask_srli_epi16(qs, !LOW_HALF, qs, 4);
+        // Bit 2 j (low half) or 2 j + 1 (high half) of each byte moved to bit 4.
+        let high = _mm512_mask_srli_epi16(qh, !LOW_HALF, qh, 1);
+        let high = match j {
+            0 => _mm512_slli_epi16(high, 4),
+            1 => _mm512_slli_epi16(high, 2),
+            2 => high,
+            _ => _mm512_srli_epi16(high, 2),
+        };
+        // (low & 0x0F) | (high & 0x10)
+        _mm512_ternarylogic_epi32::<0xEA>(low, _mm512_set1_epi8(0x0F), _mm512_and_si512(high, _mm512_set1_epi8(0x10)))
     }
 }
 
@@ -343,6 +352,9 @@ unsafe fn q5k_blocks_dots(blocks: *const u8, xg: *const i8) -> Vnni {
         Vnni(reduce_pair::<3>(s[0], s[1]))
     }
 }
+
+/// The 16-bit lanes of a register's low 256 bits.
+const LOW_HALF: __mmask32 = 0x0000_FFFF;
 
 /// Lane indices that put the activation code sums of super-block `b`'s 16 sub-blocks in
 /// order from a chunk's first-half sums (first source) and second-half sums (second).
