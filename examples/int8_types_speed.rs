@@ -1,6 +1,7 @@
 //! Times the int8 kernel of each weight type on a 1 B model's feed-forward shape (2048 rows x
 //! 8192 columns), one thread, and prints multiply-adds per second with a hash of the outputs
-//! (equal hashes: equal bits, for comparing builds). Not a test: prints medians of 15 runs.
+//! (equal hashes: equal bits, for comparing builds; a type read in place is timed on both
+//! layouts, with equal hashes). Not a test: prints medians of 15 runs.
 //!
 //! `cargo run --release --example int8_types_speed [-- TOKENS [TYPE [ISA [ROWSxCOLS]]]]`
 //! (default 64 tokens, every type, the best int8 ISA, 2048x8192; TYPE filters by name, e.g.
@@ -10,7 +11,7 @@
 mod common;
 
 use common::median_seconds;
-use reprolm::kernels::packed::{layout_row_bytes, pack_rows_in, Layout};
+use reprolm::kernels::packed::{layout_row_bytes, pack_rows_in, reads_blocks_in_place, Layout};
 use reprolm::kernels::{matmul_rows_int8, Disjoint, Isa, MatRef, QuantizedRows};
 use reprolm::tensor::GgmlType;
 
@@ -58,18 +59,24 @@ fn main() {
         }
         let mut packed = vec![0u8; rows * layout_row_bytes(ty, Layout::Chunked, cols)];
         pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut packed);
-        let w = MatRef { ty, rows, cols, layout: Layout::Chunked, data: &packed };
         let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
         let mut act = QuantizedRows::default();
         act.quantize(isa, &x, cols, n_tokens);
-        // [token][row]
-        let mut out = vec![0f32; n_tokens * rows];
-        let s = median_seconds(15, || {
-            // SAFETY: no other thread touches `out`.
-            unsafe { matmul_rows_int8(isa, &w, &act, 0..rows, Disjoint::new(&mut out), rows) }
-        });
-        let hash = out.iter().fold(0u64, |h, v| h.rotate_left(5) ^ v.to_bits() as u64);
-        let gmacs = (rows * cols * n_tokens) as f64 / s / 1e9;
-        println!("{:<5} {rows}x{cols} x{n_tokens}: {gmacs:6.1} G multiply-adds/s  hash {hash:016x}", ty.name());
+        let mut layouts = vec![(Layout::Chunked, "", &packed[..])];
+        if reads_blocks_in_place(ty) {
+            layouts.push((Layout::Blocks, " (in place)", &ggml[..]));
+        }
+        for (layout, label, data) in layouts {
+            let w = MatRef { ty, rows, cols, layout, data };
+            // [token][row]
+            let mut out = vec![0f32; n_tokens * rows];
+            let s = median_seconds(15, || {
+                // SAFETY: no other thread touches `out`.
+                unsafe { matmul_rows_int8(isa, &w, &act, 0..rows, Disjoint::new(&mut out), rows) }
+            });
+            let hash = out.iter().fold(0u64, |h, v| h.rotate_left(5) ^ v.to_bits() as u64);
+            let gmacs = (rows * cols * n_tokens) as f64 / s / 1e9;
+            println!("{:<17} {rows}x{cols} x{n_tokens}: {gmacs:6.1} G multiply-adds/s  hash {hash:016x}", format!("{}{label}", ty.name()));
+        }
     }
 }

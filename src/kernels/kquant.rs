@@ -256,20 +256,20 @@ pub fn q4k_scales_mins(h: &[u8; Q4K_HEADER]) -> ([u8; 8], [u8; 8]) {
     (bytes(sc), bytes(m))
 }
 
-/// [`q4k_scales_mins`] of the header at `h` and, if `both`, of the next one (zero if not), in
-/// one vector each: bytes `0..8` the first header's scales (or mins), `8..16` the second's.
-/// SSE2, which every x86-64 CPU has.
+/// [`q4k_scales_mins`] of the header at `h` and, if `both`, of the one `stride` bytes after it
+/// (zero if not), in one vector each: bytes `0..8` the first header's scales (or mins),
+/// `8..16` the second's. SSE2, which every x86-64 CPU has.
 ///
 /// # Safety
-/// `h` must be valid for one header's bytes, or two if `both`.
+/// `h` must be valid for one header's bytes, and if `both`, `h + stride` for another's.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn q4k_scales_mins_x2(h: *const u8, both: bool) -> (std::arch::x86_64::__m128i, std::arch::x86_64::__m128i) {
+pub(crate) unsafe fn q4k_scales_mins_x2(h: *const u8, stride: usize, both: bool) -> (std::arch::x86_64::__m128i, std::arch::x86_64::__m128i) {
     use std::arch::x86_64::*;
     // SAFETY: the reads are within the one or two headers at `h` (this function's
     // precondition); SSE2 is part of x86-64.
     unsafe {
-        let word = |b: usize, i: usize| std::ptr::read_unaligned::<u32>(h.add(Q4K_HEADER * b + 4 * i).cast());
+        let word = |b: usize, i: usize| std::ptr::read_unaligned::<u32>(h.add(stride * b + 4 * i).cast());
         // Header b's words `a` (bytes 4..8), `b` (8..12), `c` (12..16) as `q4k_scales_mins`
         // reads them.
         let [a1, b1, c1] = if both { [word(1, 1), word(1, 2), word(1, 3)] } else { [0; 3] };
@@ -306,7 +306,7 @@ mod tests {
             let header = |b: usize| q4k_scales_mins(h[Q4K_HEADER * b..Q4K_HEADER * (b + 1)].try_into().unwrap());
             for both in [false, true] {
                 // SAFETY: `h` holds two headers.
-                let (sc, m) = unsafe { q4k_scales_mins_x2(h.as_ptr(), both) };
+                let (sc, m) = unsafe { q4k_scales_mins_x2(h.as_ptr(), Q4K_HEADER, both) };
                 let (sc, m) = (bytes(sc), bytes(m));
                 let second = if both { header(1) } else { ([0; 8], [0; 8]) };
                 assert_eq!((&sc[..8], &m[..8]), (&header(0).0[..], &header(0).1[..]));

@@ -387,18 +387,18 @@ impl IntLanes for Avx2I32 {
     /// unpacked on 32-bit words, the f16 scales by `vcvtph2ps`, the (exact) products, the
     /// sign flipped.
     #[inline(always)]
-    unsafe fn q4k_scales(h: *const u8, n: usize) -> (Avx2x2, Avx2x2) {
+    unsafe fn q4k_scales(h: *const u8, stride: usize, n: usize) -> (Avx2x2, Avx2x2) {
         // SAFETY: the CPU has AVX2, FMA and F16C, and `h` is valid for the `n / 8` headers of
-        // 16 bytes (the `IntLanes` contract).
+        // 16 bytes, `stride` apart (the `IntLanes` contract).
         unsafe {
             let sign = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
-            let (sc, m) = q4k_scales_mins_x2(h, n == 16);
+            let (sc, m) = q4k_scales_mins_x2(h, stride, n == 16);
             let mut dw = [_mm256_setzero_ps(); 2];
             let mut mw = [_mm256_setzero_ps(); 2];
             for b in 0..n / SUPER_GROUPS {
                 // Header b's 8 bytes of each.
                 let (sc, m) = if b == 0 { (sc, m) } else { (_mm_srli_si128(sc, 8), _mm_srli_si128(m, 8)) };
-                let h = h.add(Q4K_HEADER * b);
+                let h = h.add(stride * b);
                 dw[b] = _mm256_mul_ps(splat_f16(h), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
                 mw[b] = _mm256_xor_ps(_mm256_mul_ps(splat_f16(h.add(2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))), sign);
             }
@@ -406,11 +406,11 @@ impl IntLanes for Avx2I32 {
         }
     }
     #[inline(always)]
-    unsafe fn q6k_scales(d: *const u8, n: usize) -> Avx2x2 {
-        // SAFETY: the CPU has AVX2, FMA and F16C, and `d` is valid for `n / 8` f16 values (the
-        // `IntLanes` contract).
+    unsafe fn q6k_scales(d: *const u8, stride: usize, n: usize) -> Avx2x2 {
+        // SAFETY: the CPU has AVX2, FMA and F16C, and `d` is valid for `n / 8` f16 values,
+        // `stride` apart (the `IntLanes` contract).
         unsafe {
-            let hi = if n == 16 { splat_f16(d.add(2)) } else { _mm256_setzero_ps() };
+            let hi = if n == 16 { splat_f16(d.add(stride)) } else { _mm256_setzero_ps() };
             Avx2x2(splat_f16(d), hi)
         }
     }

@@ -463,13 +463,13 @@ impl IntLanes for Vnni {
     /// ([`q4k_scales_mins_x2`]), the f16 scales by `vcvtph2ps`, the (exact) products, the sign
     /// flipped.
     #[inline(always)]
-    unsafe fn q4k_scales(h: *const u8, n: usize) -> (Avx512, Avx512) {
+    unsafe fn q4k_scales(h: *const u8, stride: usize, n: usize) -> (Avx512, Avx512) {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `h` is valid for the `n / 8`
-        // headers (the `IntLanes` contract).
+        // headers, `stride` apart (the `IntLanes` contract).
         unsafe {
             let word = std::ptr::read_unaligned::<u32>;
-            let (sc, m) = q4k_scales_mins_x2(h, n == 16);
-            let dd1 = if n == 16 { word(h.add(Q4K_HEADER).cast()) } else { 0 };
+            let (sc, m) = q4k_scales_mins_x2(h, stride, n == 16);
+            let dd1 = if n == 16 { word(h.add(stride).cast()) } else { 0 };
             // [d_0, dmin_0, d_1, dmin_1]
             let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, dd1 as i32, word(h.cast()) as i32));
             let dw = _mm512_mul_ps(spread8(f, 0, 2), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
@@ -479,11 +479,12 @@ impl IntLanes for Vnni {
         }
     }
     #[inline(always)]
-    unsafe fn q6k_scales(d: *const u8, n: usize) -> Avx512 {
+    unsafe fn q6k_scales(d: *const u8, stride: usize, n: usize) -> Avx512 {
         // SAFETY: the CPU has AVX-512 (F, BW, VL, VNNI), and `d` is valid for the bytes this
         // method names (the `IntLanes` contract).
         unsafe {
-            let bits = if n == 16 { std::ptr::read_unaligned(d.cast::<u32>()) } else { std::ptr::read_unaligned(d.cast::<u16>()) as u32 };
+            let first = std::ptr::read_unaligned(d.cast::<u16>()) as u32;
+            let bits = if n == 16 { first | (std::ptr::read_unaligned(d.add(stride).cast::<u16>()) as u32) << 16 } else { first };
             let f = _mm_cvtph_ps(_mm_set_epi32(0, 0, 0, bits as i32));
             Avx512(first_lanes(spread8(f, 0, 1), n))
         }
@@ -538,7 +539,7 @@ impl IntLanes for Vnni {
         // super-blocks (the `IntLanes` contract).
         unsafe {
             if n < 16 {
-                return Self::q5(super::kinds::chunk_from_kquant_blocks(GgmlType::Q5_K, blocks, n).as_ptr(), n);
+                return super::kinds::q5k_by_packing::<Self>(blocks, n);
             }
             chunked_order(per_index!(8, |k| q5k_codes64(blocks.add(Q5K_BLOCK * (k / 4)), k % 4)))
         }
@@ -552,8 +553,7 @@ impl IntLanes for Vnni {
         // super-blocks (the `IntLanes` contract).
         unsafe {
             if n < 16 {
-                let chunk = super::kinds::chunk_from_kquant_blocks(GgmlType::Q6_K, blocks, n);
-                return Self::q6(chunk.as_ptr(), chunk.as_ptr().add(24 * n), n);
+                return super::kinds::q6_by_packing::<Self>(blocks, n);
             }
             let w = chunked_order(per_index!(8, |k| q6k_codes64(blocks.add(Q6K_BLOCK * (k / 4)), k % 4)));
             let scales = blocks.add(Q6K_SCALES_AT);

@@ -8,6 +8,7 @@ use std::arch::x86_64::{__m512, __m512i};
 use super::avx512::Vnni;
 use super::IntLanes;
 use crate::kernels::f16_chunk;
+use crate::kernels::packed::code_bytes;
 use crate::kernels::kquant::{Q4K_HEADER, SUPER_GROUPS};
 use crate::kernels::kquant_low::Q2K_CODE_BYTES;
 use crate::kernels::lanes::Lanes16;
@@ -32,7 +33,7 @@ pub(crate) trait Kind {
     /// AVX-512's several-token path takes word by word (Q6_K's 6-bit codes are not).
     const WORD_PAIRS: bool = true;
     /// The type whose ggml blocks the rows are, read in place ([`KQ8_0Blocks`],
-    /// [`KQ6KBlocks`]), or `None` for a packed layout.
+    /// [`KQ5KBlocks`], [`KQ6KBlocks`]), or `None` for a packed layout.
     const BLOCKS: Option<GgmlType> = None;
     /// Whether each group's two halves have sub-block scales folded into the integer sum
     /// (Q6_K, Q3_K, Q2_K): then [`Kind::vnni_words`] gives them.
@@ -340,7 +341,7 @@ impl Kind for KQ4K {
     unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
         // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
         // contract).
-        unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n) }
+        unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), Q4K_HEADER, n) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -381,7 +382,7 @@ impl Kind for KQ5K {
     unsafe fn scales<D: IntLanes>(s: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
         // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
         // contract).
-        unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), n) }
+        unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), Q4K_HEADER, n) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -424,7 +425,7 @@ impl Kind for KQ6K {
     unsafe fn scales<D: IntLanes>(s: *const u8, groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
         // SAFETY: `s` is valid for the chunk's bytes and the CPU runs `D`'s ISA (the `Kind`
         // contract).
-        unsafe { (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), n), <D::F as Lanes16>::zero()) }
+        unsafe { (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), 2, n), <D::F as Lanes16>::zero()) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -482,16 +483,9 @@ impl Kind for KQ5KBlocks {
     }
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(row: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
-        // SAFETY: the row holds the chunk's `n / 8` super-blocks from group `g0` on, and the CPU
-        // runs `D`'s ISA (the `Kind` contract); `headers` holds two headers.
-        unsafe {
-            let blocks = Self::codes(row, g0);
-            let mut headers = [0u8; 2 * Q4K_HEADER];
-            for b in 0..n / SUPER_GROUPS {
-                std::ptr::copy_nonoverlapping(blocks.add(Q5K_BLOCK * b), headers.as_mut_ptr().add(Q4K_HEADER * b), Q4K_HEADER);
-            }
-            D::q4k_scales(headers.as_ptr(), n)
-        }
+        // SAFETY: the row holds the chunk's `n / 8` super-blocks from group `g0` on, each
+        // starting with its header, and the CPU runs `D`'s ISA (the `Kind` contract).
+        unsafe { D::q4k_scales(Self::codes(row, g0), Q5K_BLOCK, n) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -556,15 +550,8 @@ impl Kind for KQ6KBlocks {
     #[inline(always)]
     unsafe fn scales<D: IntLanes>(row: *const u8, _groups: usize, g0: usize, n: usize) -> (D::F, D::F) {
         // SAFETY: the row holds the chunk's `n / 8` super-blocks from group `g0` on, and the CPU
-        // runs `D`'s ISA (the `Kind` contract); `d` holds two f16.
-        unsafe {
-            let blocks = Self::codes(row, g0);
-            let mut d = [0u8; 4];
-            for b in 0..n / SUPER_GROUPS {
-                std::ptr::copy_nonoverlapping(blocks.add(Q6K_BLOCK * b + Q6K_D_AT), d.as_mut_ptr().add(2 * b), 2);
-            }
-            (D::q6k_scales(d.as_ptr(), n), <D::F as Lanes16>::zero())
-        }
+        // runs `D`'s ISA (the `Kind` contract).
+        unsafe { (D::q6k_scales(Self::codes(row, g0).add(Q6K_D_AT), Q6K_BLOCK, n), <D::F as Lanes16>::zero()) }
     }
     type T<D: IntLanes> = D::T4;
     unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
@@ -589,6 +576,35 @@ pub(super) unsafe fn chunk_from_kquant_blocks(ty: GgmlType, blocks: *const u8, n
     let ggml = unsafe { std::slice::from_raw_parts(blocks, bytes) };
     kquant::pack_rows(ty, 32 * n, ggml, &mut out[..bytes]);
     out
+}
+
+/// [`IntLanes::q5k_blocks`] by packing the chunk into the int8 layout first, then
+/// [`IntLanes::q5`].
+///
+/// # Safety
+/// The CPU must run `D`'s ISA, and `blocks` be valid for `n / 8` Q5_K super-blocks, `n` 8 or
+/// 16.
+#[inline(always)]
+pub(super) unsafe fn q5k_by_packing<D: IntLanes>(blocks: *const u8, n: usize) -> D::Q4 {
+    // SAFETY: the packed chunk holds the codes `q5` reads (this function's precondition for
+    // the rest).
+    unsafe { D::q5(chunk_from_kquant_blocks(GgmlType::Q5_K, blocks, n).as_ptr(), n) }
+}
+
+/// [`IntLanes::q6_blocks`] by packing the chunk into the int8 layout first, then
+/// [`IntLanes::q6`].
+///
+/// # Safety
+/// The CPU must run `D`'s ISA, and `blocks` be valid for `n / 8` Q6_K super-blocks, `n` 8 or
+/// 16.
+#[inline(always)]
+pub(super) unsafe fn q6_by_packing<D: IntLanes>(blocks: *const u8, n: usize) -> D::Q6 {
+    // SAFETY: the packed chunk holds the codes and, after them, the sub-block scales `q6`
+    // reads (this function's precondition for the rest).
+    unsafe {
+        let chunk = chunk_from_kquant_blocks(GgmlType::Q6_K, blocks, n);
+        D::q6(chunk.as_ptr(), chunk.as_ptr().add(code_bytes(GgmlType::Q6_K) * n), n)
+    }
 }
 
 /// Q5_0: Q4_0's arithmetic on 5-bit codes `u - 16` ([`super::q5`]: `[G][20]` code bytes,
@@ -725,7 +741,7 @@ impl Kind for KQ3K {
         // contract).
         unsafe {
             let d = s.add(kquant_low::SCALE_BYTES * (groups / SUPER_GROUPS) + 2 * (g0 / SUPER_GROUPS));
-            (D::q6k_scales(d, n), <D::F as Lanes16>::zero())
+            (D::q6k_scales(d, 2, n), <D::F as Lanes16>::zero())
         }
     }
     type T<D: IntLanes> = D::T4;
@@ -802,7 +818,7 @@ impl Kind for KQ2K {
             let d = s.add(2 * groups + 2 * (g0 / SUPER_GROUPS));
             let dmin = d.add(2 * (groups / SUPER_GROUPS));
             let zero = <D::F as Lanes16>::zero();
-            (D::q6k_scales(d, n), <D::F as Lanes16>::sub(zero, D::q6k_scales(dmin, n)))
+            (D::q6k_scales(d, 2, n), <D::F as Lanes16>::sub(zero, D::q6k_scales(dmin, 2, n)))
         }
     }
     type T<D: IntLanes> = D::T4;

@@ -233,36 +233,32 @@ pub(crate) trait IntLanes: Copy {
     /// By default the chunk is packed into that layout first.
     #[inline(always)]
     unsafe fn q6_blocks(blocks: *const u8, n: usize) -> Self::Q6 {
-        // SAFETY: `blocks` is valid for `n / 8` super-blocks (the `IntLanes` contract), and the
-        // packed chunk holds the codes and, from byte `24 n`, the sub-block scales `q6` reads.
-        unsafe {
-            let chunk = kinds::chunk_from_kquant_blocks(GgmlType::Q6_K, blocks, n);
-            Self::q6(chunk.as_ptr(), chunk.as_ptr().add(code_bytes(GgmlType::Q6_K) * n), n)
-        }
+        // SAFETY: `blocks` is valid for `n / 8` super-blocks (the `IntLanes` contract).
+        unsafe { kinds::q6_by_packing::<Self>(blocks, n) }
     }
     /// [`IntLanes::q5`]'s unpacked codes of a chunk of `n` (8 or 16) groups read from ggml's
     /// Q5_K super-blocks at `blocks` (176 bytes each) instead of the int8 layout. By default
     /// the chunk is packed into that layout first.
     #[inline(always)]
     unsafe fn q5k_blocks(blocks: *const u8, n: usize) -> Self::Q4 {
-        // SAFETY: `blocks` is valid for `n / 8` super-blocks (the `IntLanes` contract), and the
-        // packed chunk holds the codes `q5` reads.
-        unsafe { Self::q5(kinds::chunk_from_kquant_blocks(GgmlType::Q5_K, blocks, n).as_ptr(), n) }
+        // SAFETY: `blocks` is valid for `n / 8` super-blocks (the `IntLanes` contract).
+        unsafe { kinds::q5k_by_packing::<Self>(blocks, n) }
     }
     /// Lane `l`: `sc_0 (sum_{i<16} u x - 32 hsum) + sc_1 (sum_{i>=16} u x - 32 (qsum - hsum))`,
     /// as f32 (exact: the bounds in the module docs).
     unsafe fn dot_q6(w: &Self::Q6, x: *const i8, qsum: *const i32, hsum: *const i32) -> Self::F;
     /// Q4_K's `d_w = d * sc` and `m_w = -(dmin * m)` of a chunk of `n` (8 or 16) groups from
-    /// the super-block headers at `h` (16 bytes each); zero past `n`. Every product is exact,
-    /// so the default (plain code) and an ISA's own way give the same bits.
+    /// the super-block headers (16 bytes each) at `h` and, if `n` is 16, `h + stride`; zero
+    /// past `n`. Every product is exact, so the default (plain code) and an ISA's own way give
+    /// the same bits.
     #[inline(always)]
-    unsafe fn q4k_scales(h: *const u8, n: usize) -> (Self::F, Self::F) {
-        // SAFETY: `h` is valid for the chunk's `n / 8` headers of 16 bytes (the `IntLanes`
-        // contract); `dw` and `mw` hold 16 f32 each.
+    unsafe fn q4k_scales(h: *const u8, stride: usize, n: usize) -> (Self::F, Self::F) {
+        // SAFETY: `h` is valid for the chunk's `n / 8` headers of 16 bytes, `stride` apart (the
+        // `IntLanes` contract); `dw` and `mw` hold 16 f32 each.
         unsafe {
             let (mut dw, mut mw) = ([0f32; 16], [0f32; 16]);
             for b in 0..n / SUPER_GROUPS {
-                let h = h.add(Q4K_HEADER * b);
+                let h = h.add(stride * b);
                 let (sc, m) = q4k_scales_mins(&*h.cast::<[u8; Q4K_HEADER]>());
                 let (d, dmin) = (f16_at(h), f16_at(h.add(2)));
                 for j in 0..SUPER_GROUPS {
@@ -273,16 +269,16 @@ pub(crate) trait IntLanes: Copy {
             (<Self::F as Lanes16>::load(dw.as_ptr()), <Self::F as Lanes16>::load(mw.as_ptr()))
         }
     }
-    /// Q6_K's `d_w`: lane `l` the f16 `d` of super-block `l / 8` (at `d + 2 (l / 8)`), for a
-    /// chunk of `n` (8 or 16) groups; zero past `n`.
+    /// Q6_K's `d_w`: lane `l` the f16 `d` of super-block `l / 8` (at `d + stride (l / 8)`),
+    /// for a chunk of `n` (8 or 16) groups; zero past `n`.
     #[inline(always)]
-    unsafe fn q6k_scales(d: *const u8, n: usize) -> Self::F {
-        // SAFETY: `d` is valid for `n / 8` f16 values (the `IntLanes` contract); `dw` holds 16
-        // f32.
+    unsafe fn q6k_scales(d: *const u8, stride: usize, n: usize) -> Self::F {
+        // SAFETY: `d` is valid for `n / 8` f16 values, `stride` apart (the `IntLanes` contract);
+        // `dw` holds 16 f32.
         unsafe {
             let mut dw = [0f32; 16];
             for b in 0..n / SUPER_GROUPS {
-                dw[SUPER_GROUPS * b..SUPER_GROUPS * (b + 1)].fill(f16_at(d.add(2 * b)));
+                dw[SUPER_GROUPS * b..SUPER_GROUPS * (b + 1)].fill(f16_at(d.add(stride * b)));
             }
             <Self::F as Lanes16>::load(dw.as_ptr())
         }
