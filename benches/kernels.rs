@@ -7,6 +7,7 @@
 //! `cargo bench --bench kernels` (add `-- Q4_1` to filter).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use reprolm::kernels::aligned::AlignedBuf;
 use reprolm::kernels::packed::{is_int8_packable, is_packed, layout_row_bytes, pack_rows, pack_rows_in, Layout};
 use reprolm::kernels::quantize_act::QuantizedRows;
 use reprolm::kernels::{group_sums, group_sums_len, matmul_rows, matmul_rows_int8, Activations, Disjoint, Isa, MatRef};
@@ -45,7 +46,12 @@ fn bench(c: &mut Criterion) {
                 }
                 let data = matrix(ty, rows, cols);
                 let m = MatRef { ty, rows, cols, layout: Layout::Grouped, data: &data };
-                let x: Vec<f32> = (0..n_tokens * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
+                // On a cache line, as the model's activation buffers are.
+                let mut x = AlignedBuf::default();
+                x.resize(n_tokens * cols, 0.0);
+                for (i, v) in x.iter_mut().enumerate() {
+                    *v = ((i * 37 % 101) as f32 - 50.0) / 64.0;
+                }
                 let gl = group_sums_len(cols);
                 let mut gs = vec![0f32; n_tokens * gl];
                 for t in 0..n_tokens {

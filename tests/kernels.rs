@@ -96,6 +96,21 @@ fn matmul_paths_agree_bitwise_and_with_float64() {
                 for isa in isas() {
                     assert!(run(isa, &m, &x, &gs, n_tokens) == scalar, "{} {rows}x{cols} T={n_tokens} on {}", ty.name(), isa.name());
                 }
+                // Each token alone (one-token tiles, weights unpacked in registers) gives the
+                // bits of the batch (tiles of several tokens, or rows decoded once per block).
+                if n_tokens > 1 {
+                    for isa in isas() {
+                        for t in 0..n_tokens {
+                            let (xt, gt) = (&x[t * cols..(t + 1) * cols], &gs[t * gl..(t + 1) * gl]);
+                            assert!(
+                                run(isa, &m, xt, gt, 1) == scalar[t * rows..(t + 1) * rows],
+                                "{} {rows}x{cols} token {t} of {n_tokens} alone on {}",
+                                ty.name(),
+                                isa.name()
+                            );
+                        }
+                    }
+                }
                 // Rounding bound: each lane accumulates cols/32 fused products per chain, the chains are added and the tree
                 // adds 4 levels (plus the group sums' 5 for Q4_1's offset term), so
                 // |error| <= (cols/16 + 9) * 2^-24 * sum_i |x_i w_i| (a gamma_k bound).

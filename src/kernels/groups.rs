@@ -51,6 +51,11 @@ pub trait WeightGroup {
     /// float types, whose groups need no unpacking registers, and not for the quantized ones
     /// (`cargo bench --bench kernels -- prefill` compares the two).
     const PREFILL_TILE_ROWS: usize = 2;
+    /// Whether a block of many tokens decodes the rows' weights once into f32 and multiplies
+    /// them by the float tiles (`kernels::decode_rows`): true where the weights are each
+    /// value's whole contribution; not for F32, already decoded, nor for Q4_1, whose offsets
+    /// enter through the group sums.
+    const DECODED_PREFILL: bool = true;
     /// The group's 32 values (float types) or integer codes (quantized types) as two
     /// 16-lane halves, converted exactly.
     unsafe fn unpack<L: Lanes16>(codes: *const u8) -> (L, L);
@@ -82,6 +87,7 @@ pub struct F32Group;
 impl WeightGroup for F32Group {
     const CODE_BYTES: usize = 128;
     const PREFILL_TILE_ROWS: usize = 3;
+    const DECODED_PREFILL: bool = false;
     const SCALED: bool = false;
     const OFFSET: bool = false;
     #[inline(always)]
@@ -168,6 +174,7 @@ impl WeightGroup for Q4_1Group {
     const CODE_BYTES: usize = 16;
     const SCALED: bool = true;
     const OFFSET: bool = true;
+    const DECODED_PREFILL: bool = false;
     #[inline(always)]
     unsafe fn unpack<L: Lanes16>(p: *const u8) -> (L, L) {
         // SAFETY: `p` is valid for the bytes this method names and the CPU runs `L`'s ISA (the

@@ -5,6 +5,7 @@
 //! a thread was given. That is what makes logits independent of thread count, prefill
 //! chunking and instruction set.
 
+pub mod aligned;
 pub mod elementwise;
 mod groups;
 pub mod int8;
@@ -16,6 +17,8 @@ pub mod q5;
 pub mod quantize_act;
 
 use std::ops::Range;
+
+use aligned::AlignedBuf;
 
 use groups::{Bf16Group, F16Group, F32Group, Groups, I8Codes, NibbleCodes, Q4_0Group, Q4_1Group, Q8_0Group, WeightGroup};
 pub use int8::matmul_rows_int8;
@@ -450,23 +453,45 @@ unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activati
 
 /// Walks token blocks, then rows, then tiles of up to 3 rows x 4 tokens (one token: up to 4
 /// rows): each unpacked weight group serves every token of the tile, each loaded activation
-/// every row. Every output keeps its own two chains, so the tile shape never changes a bit.
+/// every row. A block of more tokens than one tile holds decodes its rows' weights once into
+/// f32 ([`decode_rows`], for the types whose [`WeightGroup::DECODED_PREFILL`] says so) and
+/// runs the float tiles on them, so a weight is unpacked once per block rather than once per
+/// tile. Every output keeps its own two chains over the same weights, so neither the tile
+/// shape nor the decoding changes a bit.
 ///
 /// # Safety
 /// As for [`by_type`], with `W` the group type of `w.ty`.
 #[inline(always)]
 unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
     // SAFETY: rows `r..r + nr` are rows of `w` (`rows.end <= w.rows`) and tokens `t..` tokens
-    // of `act`, so the row, activation and group-sum pointers stay in their buffers and `tile`
-    // reads what they hold; the outputs `t * token_stride + r..` are in `out` (`check_out`) and
-    // this call's alone, and the CPU has `L`'s ISA (this function's precondition).
+    // of `act`, so the row and activation pointers stay in their buffers and `tile` reads what
+    // they hold; `decoded` holds `nr` rows of `cols` f32; the outputs `t * token_stride + r..`
+    // are in `out` (`check_out`) and this call's alone, and the CPU has `L`'s ISA (this
+    // function's precondition).
     unsafe {
         let row_bytes = w.row_bytes();
-        let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
-        // One token shares nothing between rows, but several rows give independent FMA chains.
-        let tile_rows = if act.n_tokens > 1 { L::PREFILL_TILE_ROWS.min(W::PREFILL_TILE_ROWS) } else { L::DECODE_TILE_ROWS.min(W::DECODE_TILE_ROWS) };
-        for t_block in (0..act.n_tokens).step_by(TOKEN_BLOCK) {
-            let t_end = (t_block + TOKEN_BLOCK).min(act.n_tokens);
+        let cols = act.cols;
+        let decoded_rows = L::PREFILL_TILE_ROWS.min(F32Group::PREFILL_TILE_ROWS);
+        // [decoded_rows][cols]
+        let mut decoded = AlignedBuf::<f32>::default();
+        // The running sums of the tiles over decoded rows ([`decoded_tiles`]).
+        let mut decoded_sums = AlignedBuf::<f32>::default();
+        // Rows decoded once serve a block of tokens whose activations stay in L2 while the
+        // thread's rows pass.
+        let block = if W::DECODED_PREFILL { decoded_token_block(cols) } else { TOKEN_BLOCK };
+        for t_block in (0..act.n_tokens).step_by(block) {
+            let tokens = t_block..(t_block + block).min(act.n_tokens);
+            let decode = W::DECODED_PREFILL && tokens.len() > PREFILL_TILE_TOKENS;
+            // One token shares nothing between rows, but several rows give independent FMA chains.
+            let tile_rows = match (act.n_tokens, decode) {
+                (1, _) => L::DECODE_TILE_ROWS.min(W::DECODE_TILE_ROWS),
+                (_, true) => decoded_rows,
+                (_, false) => L::PREFILL_TILE_ROWS.min(W::PREFILL_TILE_ROWS),
+            };
+            if decode && decoded.is_empty() {
+                decoded.resize(decoded_rows * cols, 0.0);
+                decoded_sums.resize(block.div_ceil(PREFILL_TILE_TOKENS) * decoded_rows * PREFILL_TILE_TOKENS * 2 * 16, 0.0);
+            }
             let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
@@ -483,35 +508,240 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                         2 => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
                         _ => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
                     };
-                    r += nr;
-                    continue;
-                }
-                let mut t = t_block;
-                while t < t_end {
-                    let x = act.x.as_ptr().add(t * cols);
-                    let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
-                    let o = out.at(t * token_stride + r);
-                    // The block's first tile over these rows reads them from memory: it walks
-                    // the stream on; the others find them in the cache.
-                    let s = (token_stride, if t == t_block { Some(&mut *ahead) } else { None });
-                    t += match (nr, t_end - t) {
-                        // Only one token has 4-row tiles.
-                        (4, _) => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 1) => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 2) => tile::<L, W, 3, 2>(row, row_bytes, cols, x, gs, o, s),
-                        (3, 3) => tile::<L, W, 3, 3>(row, row_bytes, cols, x, gs, o, s),
-                        (3, _) => tile::<L, W, 3, 4>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
-                        (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
-                        (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
-                        (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
-                        (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
-                    };
+                } else if decode {
+                    // The rows are read from memory here, once for the block.
+                    ahead.advance(nr * row_bytes);
+                    let d = decoded.as_mut_ptr();
+                    decode_rows::<L, W>(row, row_bytes, nr, cols, d);
+                    let o = (out, token_stride);
+                    let sums = decoded_sums.as_mut_ptr();
+                    match nr {
+                        3 => decoded_tiles::<L, 3>(d, tokens.clone(), act, r, o, sums),
+                        2 => decoded_tiles::<L, 2>(d, tokens.clone(), act, r, o, sums),
+                        _ => decoded_tiles::<L, 1>(d, tokens.clone(), act, r, o, sums),
+                    }
+                } else {
+                    token_tiles::<L, W>(row, row_bytes, nr, tokens.clone(), act, r, (out, token_stride), Some(&mut *ahead));
                 }
                 r += nr;
+            }
+        }
+    }
+}
+
+/// Most tokens in a tile of several tokens.
+const PREFILL_TILE_TOKENS: usize = 4;
+
+/// Bytes of f32 activations a token block over decoded rows keeps: a quarter of a 2 MiB L2,
+/// so the block's activations are read from L2 by every row group, not from memory.
+const DECODED_BLOCK_BYTES: usize = 512 * 1024;
+
+/// Tokens per block over decoded rows of `cols` values: [`TOKEN_BLOCK`], or fewer (whole
+/// tiles) where that many rows of activations would not fit [`DECODED_BLOCK_BYTES`].
+fn decoded_token_block(cols: usize) -> usize {
+    let fit = DECODED_BLOCK_BYTES / (4 * cols);
+    fit.clamp(PREFILL_TILE_TOKENS, TOKEN_BLOCK) / PREFILL_TILE_TOKENS * PREFILL_TILE_TOKENS
+}
+
+/// Rows `nr` rows of `W` at `row` (`row_bytes` apart) against tokens `tokens` of `act`, in
+/// tiles of `nr` rows and up to [`PREFILL_TILE_TOKENS`] tokens; the outputs of row `r0 + i`
+/// and token `t` go to `out` at `t * token_stride + r0 + i`. With a stream (`ahead`), the
+/// first tile reads the rows from memory and walks it on.
+///
+/// # Safety
+/// As for [`tile`], for each tile; `nr` is 1..=4 and 4 only for one token.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // the tile's rows, tokens and outputs, as `tile` takes them
+unsafe fn token_tiles<L: Lanes16, W: WeightGroup>(
+    row: *const u8,
+    row_bytes: usize,
+    nr: usize,
+    tokens: Range<usize>,
+    act: &Activations,
+    r0: usize,
+    (out, token_stride): (Disjoint<f32>, usize),
+    mut ahead: Option<&mut StreamAhead>,
+) {
+    // SAFETY: the caller's precondition, tile by tile.
+    unsafe {
+        let (cols, gs_len) = (act.cols, group_sums_len(act.cols));
+        let mut t = tokens.start;
+        while t < tokens.end {
+            let x = act.x.as_ptr().add(t * cols);
+            let gs = if W::OFFSET { act.gs.as_ptr().add(t * gs_len) } else { x };
+            let o = out.at(t * token_stride + r0);
+            // The block's first tile over these rows reads them from memory: it walks the
+            // stream on; the others find them in the cache.
+            let s = (token_stride, if t == tokens.start { ahead.as_deref_mut() } else { None });
+            t += match (nr, tokens.end - t) {
+                // Only one token has 4-row tiles.
+                (4, _) => tile::<L, W, 4, 1>(row, row_bytes, cols, x, gs, o, s),
+                (3, 1) => tile::<L, W, 3, 1>(row, row_bytes, cols, x, gs, o, s),
+                (3, 2) => tile::<L, W, 3, 2>(row, row_bytes, cols, x, gs, o, s),
+                (3, 3) => tile::<L, W, 3, 3>(row, row_bytes, cols, x, gs, o, s),
+                (3, _) => tile::<L, W, 3, 4>(row, row_bytes, cols, x, gs, o, s),
+                (1, 1) => tile::<L, W, 1, 1>(row, row_bytes, cols, x, gs, o, s),
+                (1, 2) => tile::<L, W, 1, 2>(row, row_bytes, cols, x, gs, o, s),
+                (1, 3) => tile::<L, W, 1, 3>(row, row_bytes, cols, x, gs, o, s),
+                (1, _) => tile::<L, W, 1, 4>(row, row_bytes, cols, x, gs, o, s),
+                (_, 1) => tile::<L, W, 2, 1>(row, row_bytes, cols, x, gs, o, s),
+                (_, 2) => tile::<L, W, 2, 2>(row, row_bytes, cols, x, gs, o, s),
+                (_, 3) => tile::<L, W, 2, 3>(row, row_bytes, cols, x, gs, o, s),
+                (_, _) => tile::<L, W, 2, 4>(row, row_bytes, cols, x, gs, o, s),
+            };
+        }
+    }
+}
+
+/// Columns of decoded rows that the tiles of a token block take at a time: the weights of
+/// that many columns (up to 3 rows of 1024 f32, 12 KiB) stay in L1 while every tile of the
+/// block multiplies them, where whole rows would be read from L2 again by each tile.
+const DECODED_COLS: usize = 1024;
+
+/// `NR` decoded rows (`w`, [NR][cols] f32) against tokens `tokens` of `act`, the outputs of
+/// row `r0 + i` and token `t` to `out` at `t * token_stride + r0 + i`: tiles of `NR` rows and
+/// up to [`PREFILL_TILE_TOKENS`] tokens, each over [`DECODED_COLS`] columns at a time, its
+/// two chains per output kept in `sums` between them, so every output is [`tile`]'s on the
+/// same weights, bit for bit.
+///
+/// # Safety
+/// `w` must hold `NR` rows of `cols` f32; `sums` be valid for
+/// `tokens.len().div_ceil(4) * NR * 4 * 32` f32; `tokens` be tokens of `act`; the outputs be
+/// in `out` and this call's alone; and the CPU have `L`'s ISA.
+#[inline(always)]
+unsafe fn decoded_tiles<L: Lanes16, const NR: usize>(
+    w: *const f32,
+    tokens: Range<usize>,
+    act: &Activations,
+    r0: usize,
+    (out, token_stride): (Disjoint<f32>, usize),
+    sums: *mut f32,
+) {
+    // SAFETY: the reads stay in `w`, the tokens' activations and `sums`, the writes in `sums`
+    // and this call's outputs (this function's precondition); the CPU has `L`'s ISA.
+    unsafe {
+        let cols = act.cols;
+        // [tile][row][token][lo, hi][16]
+        let tile_sums = NR * PREFILL_TILE_TOKENS * 2 * 16;
+        let n_tiles = tokens.len().div_ceil(PREFILL_TILE_TOKENS);
+        for i in 0..n_tiles * tile_sums / 16 {
+            L::zero().store(sums.add(16 * i));
+        }
+        for c0 in (0..cols).step_by(DECODED_COLS) {
+            let groups = c0 / GROUP..(c0 + DECODED_COLS).min(cols) / GROUP;
+            for i in 0..n_tiles {
+                let t = tokens.start + i * PREFILL_TILE_TOKENS;
+                let (x, s) = (act.x.as_ptr().add(t * cols), sums.add(i * tile_sums));
+                match tokens.end - t {
+                    1 => decoded_tile_part::<L, NR, 1>(w, x, cols, groups.clone(), s),
+                    2 => decoded_tile_part::<L, NR, 2>(w, x, cols, groups.clone(), s),
+                    3 => decoded_tile_part::<L, NR, 3>(w, x, cols, groups.clone(), s),
+                    _ => decoded_tile_part::<L, NR, 4>(w, x, cols, groups.clone(), s),
+                }
+            }
+        }
+        for t in tokens.clone() {
+            let i = t - tokens.start;
+            let s = sums.add((i / PREFILL_TILE_TOKENS) * tile_sums + (i % PREFILL_TILE_TOKENS) * 32);
+            for r in 0..NR {
+                let s = s.add(r * PREFILL_TILE_TOKENS * 32);
+                *out.at(t * token_stride + r0 + r) = L::add(L::load(s), L::load(s.add(16))).reduce();
+            }
+        }
+    }
+}
+
+/// One tile of [`decoded_tiles`] over the groups `groups`: `NR` rows of `w` ([NR][cols]
+/// f32) against `NT` tokens from `x` ([NT][cols] f32), continuing the two chains of each
+/// output from `sums` ([NR][4][lo, hi][16] f32) and leaving them there.
+///
+/// # Safety
+/// As for [`decoded_tiles`], for this tile.
+#[inline(always)]
+unsafe fn decoded_tile_part<L: Lanes16, const NR: usize, const NT: usize>(w: *const f32, x: *const f32, cols: usize, groups: Range<usize>, sums: *mut f32) {
+    // SAFETY: the caller's precondition.
+    unsafe {
+        let mut lo = [[L::zero(); NT]; NR];
+        let mut hi = [[L::zero(); NT]; NR];
+        for r in 0..NR {
+            for t in 0..NT {
+                let s = sums.add((r * PREFILL_TILE_TOKENS + t) * 32);
+                (lo[r][t], hi[r][t]) = (L::load(s), L::load(s.add(16)));
+            }
+        }
+        for g in groups {
+            let mut wg = [(L::zero(), L::zero()); NR];
+            for (r, wr) in wg.iter_mut().enumerate() {
+                let p = w.add(r * cols + g * GROUP);
+                *wr = (L::load(p), L::load(p.add(GROUP / 2)));
+            }
+            group_fmas::<L, NR, NT>(&wg, x, cols, g, &mut lo, &mut hi);
+        }
+        for r in 0..NR {
+            for t in 0..NT {
+                let s = sums.add((r * PREFILL_TILE_TOKENS + t) * 32);
+                lo[r][t].store(s);
+                hi[r][t].store(s.add(16));
+            }
+        }
+    }
+}
+
+/// One group's step of the canonical order ([`groups`]) for `NR` rows (their weights `w`,
+/// the group's two halves) and `NT` tokens from `x` (`cols` apart): each output's two
+/// chains, `lo = fma(x_lo, w_lo, lo)` and `hi = fma(x_hi, w_hi, hi)`.
+///
+/// # Safety
+/// `x` must be valid for group `g` of `NT` rows of `cols` f32, and the CPU have `L`'s ISA.
+#[inline(always)]
+unsafe fn group_fmas<L: Lanes16, const NR: usize, const NT: usize>(
+    w: &[(L, L); NR],
+    x: *const f32,
+    cols: usize,
+    g: usize,
+    lo: &mut [[L; NT]; NR],
+    hi: &mut [[L; NT]; NR],
+) {
+    // SAFETY: the loads read group `g` of the `NT` rows (this function's precondition).
+    unsafe {
+        for t in 0..NT {
+            let xt = x.add(t * cols + g * GROUP);
+            let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
+            for r in 0..NR {
+                lo[r][t] = L::fma(x_lo, w[r].0, lo[r][t]);
+                hi[r][t] = L::fma(x_hi, w[r].1, hi[r][t]);
+            }
+        }
+    }
+}
+
+/// The weights of `nr` rows of `W` at `row` (`row_bytes` apart), `cols` each, as f32 into
+/// `dst` ([nr][cols]): each group's two halves as [`tile`] computes them, so tiles over
+/// these f32 rows multiply by the same values.
+///
+/// # Safety
+/// `row` must point at `nr` rows of `cols` values in `W`'s layout, `dst` be valid for
+/// `nr * cols` f32, and the CPU have `L`'s ISA.
+#[inline(always)]
+unsafe fn decode_rows<L: Lanes16, W: WeightGroup>(row: *const u8, row_bytes: usize, nr: usize, cols: usize, dst: *mut f32) {
+    // SAFETY: the reads stay in the `nr` rows and the writes in `dst` (this function's
+    // precondition); the CPU has `L`'s ISA.
+    unsafe {
+        let groups = cols / GROUP;
+        for r in 0..nr {
+            let (row, dst) = (row.add(r * row_bytes), dst.add(r * cols));
+            let mut d = [0f32; 16];
+            for chunk in (0..groups).step_by(16) {
+                let n = (groups - chunk).min(16);
+                if W::SCALED {
+                    f16_chunk::<L>(row.add(groups * W::CODE_BYTES + 2 * chunk), n).store(d.as_mut_ptr());
+                }
+                for (j, &dj) in d.iter().enumerate().take(n) {
+                    let g = chunk + j;
+                    let (lo, hi) = W::weights_at::<L>(row, groups, g, if W::SCALED { L::splat(dj) } else { L::zero() });
+                    lo.store(dst.add(g * GROUP));
+                    hi.store(dst.add(g * GROUP + GROUP / 2));
+                }
             }
         }
     }
@@ -662,14 +892,7 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
                     let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
                     w[r] = W::weights_at::<L>(rows[r], groups, g, dv);
                 }
-                for t in 0..NT {
-                    let xt = x.add(t * cols + g * GROUP);
-                    let (x_lo, x_hi) = (L::load(xt), L::load(xt.add(GROUP / 2)));
-                    for r in 0..NR {
-                        acc_lo[r][t] = L::fma(x_lo, w[r].0, acc_lo[r][t]);
-                        acc_hi[r][t] = L::fma(x_hi, w[r].1, acc_hi[r][t]);
-                    }
-                }
+                group_fmas::<L, NR, NT>(&w, x, cols, g, &mut acc_lo, &mut acc_hi);
             }
         }
         for r in 0..NR {

@@ -34,6 +34,7 @@
 //! carry, per lane, the group's `d` (`tail_d`) and the sum of the lane's 8 codes
 //! (`tail_sum`).
 
+use super::aligned::AlignedBuf;
 use super::{Disjoint, Isa, GROUP};
 
 /// Groups per chunk (one vector lane each).
@@ -84,23 +85,23 @@ pub struct QuantizedRows {
     pub n_tokens: usize,
     pub cols: usize,
     /// [n_tokens][q_stride()] codes in the chunk layout
-    pub q: Vec<i8>,
+    pub q: AlignedBuf<i8>,
     /// [n_tokens][chunks(cols) * 16] scale `d` of each group (zero-padded)
-    pub d: Vec<f32>,
+    pub d: AlignedBuf<f32>,
     /// [n_tokens][chunks(cols) * 16] `s = d * qsum` of each group (zero-padded)
-    pub s: Vec<f32>,
+    pub s: AlignedBuf<f32>,
     /// [n_tokens][chunks(cols) * 16] `qsum` of each group (zero-padded)
-    pub qsum: Vec<i32>,
+    pub qsum: AlignedBuf<i32>,
     /// [n_tokens][chunks(cols) * 16] `hsum`: sum of the first 16 codes of each group
     /// (zero-padded)
-    pub hsum: Vec<i32>,
+    pub hsum: AlignedBuf<i32>,
     /// [n_tokens][16] narrow chunk: `d` of lane `L`'s group (zero past the groups)
-    pub tail_d: Vec<f32>,
+    pub tail_d: AlignedBuf<f32>,
     /// [n_tokens][16] narrow chunk: sum of lane `L`'s 8 codes (zero past the groups)
-    pub tail_sum: Vec<i32>,
+    pub tail_sum: AlignedBuf<i32>,
     /// [n_tokens][cols] the same codes in group order (group `g`'s 32 codes at `32 g`), which
     /// a one-token kernel over ggml's blocks read in place dots directly
-    pub grouped: Vec<i8>,
+    pub grouped: AlignedBuf<i8>,
 }
 
 impl QuantizedRows {
@@ -130,14 +131,14 @@ impl QuantizedRows {
         self.cols = cols;
         self.n_tokens = n_tokens;
         let (qs, ls) = (self.q_stride(), self.lane_stride());
-        grow(&mut self.q, n_tokens * qs, 0);
-        grow(&mut self.d, n_tokens * ls, 0.0);
-        grow(&mut self.s, n_tokens * ls, 0.0);
-        grow(&mut self.qsum, n_tokens * ls, 0);
-        grow(&mut self.hsum, n_tokens * ls, 0);
-        grow(&mut self.tail_d, n_tokens * CHUNK_GROUPS, 0.0);
-        grow(&mut self.tail_sum, n_tokens * CHUNK_GROUPS, 0);
-        grow(&mut self.grouped, n_tokens * cols, 0);
+        self.q.grow(n_tokens * qs, 0);
+        self.d.grow(n_tokens * ls, 0.0);
+        self.s.grow(n_tokens * ls, 0.0);
+        self.qsum.grow(n_tokens * ls, 0);
+        self.hsum.grow(n_tokens * ls, 0);
+        self.tail_d.grow(n_tokens * CHUNK_GROUPS, 0.0);
+        self.tail_sum.grow(n_tokens * CHUNK_GROUPS, 0);
+        self.grouped.grow(n_tokens * cols, 0);
         RowWriter {
             q: Disjoint::new(&mut self.q),
             d: Disjoint::new(&mut self.d),
@@ -283,12 +284,6 @@ fn quantize_row<const AVX512: bool>(row: &[f32], codes_out: [&mut [i8]; 2], d: &
         qsum[g] = sum;
         hsum[g] = codes[..16].iter().map(|&c| c as i32).sum();
         s[g] = dg * sum as f32;
-    }
-}
-
-fn grow<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) {
-    if v.len() < n {
-        v.resize(n, zero);
     }
 }
 

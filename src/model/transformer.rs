@@ -23,6 +23,7 @@ use super::config::{ModelConfig, RopeStyle};
 use super::kv_cache::KvCache;
 use super::rowwise;
 use super::weights::{LayerWeights, TransformerWeights, Matrix};
+use crate::kernels::aligned::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::kernels::{
     elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa,
@@ -62,66 +63,61 @@ pub struct Transformer {
 pub struct Scratch {
     n_tokens: usize,
     /// [T][d_model] residual stream
-    x: Vec<f32>,
+    x: AlignedBuf<f32>,
     /// [T][d_model] normalised input of the current matmul
-    xn: Vec<f32>,
+    xn: AlignedBuf<f32>,
     /// [T][group_sums_len(max(d_model, ffn_dim))] group sums of the current matmul input
     /// (float32 precision)
-    gs: Vec<f32>,
+    gs: AlignedBuf<f32>,
     /// The current matmul input quantized per group (int8 precision; grows in `quantize`)
     xq: QuantizedRows,
     /// [T][d_q]
-    q: Vec<f32>,
+    q: AlignedBuf<f32>,
     /// [T][d_kv]
-    k: Vec<f32>,
+    k: AlignedBuf<f32>,
     /// [T][d_kv]
-    v: Vec<f32>,
+    v: AlignedBuf<f32>,
     /// [T][d_q] attention output (heads concatenated)
-    att: Vec<f32>,
+    att: AlignedBuf<f32>,
     /// [T][d_model] projection output before the residual add
-    proj: Vec<f32>,
+    proj: AlignedBuf<f32>,
     /// [T][ffn_dim]
-    gate: Vec<f32>,
+    gate: AlignedBuf<f32>,
     /// [T][ffn_dim]
-    up: Vec<f32>,
+    up: AlignedBuf<f32>,
     /// [T] index of the row's sequence in the call's `SeqInput`s
     row_seq: Vec<usize>,
     /// [T] absolute position of each row
     row_pos: Vec<usize>,
     /// [rope bases][T][head_dim / 2] rotation of each pair at each position, one table per
     /// distinct RoPE base of the layers ([`rope_bases`])
-    rope_cos: Vec<f32>,
-    rope_sin: Vec<f32>,
+    rope_cos: AlignedBuf<f32>,
+    rope_sin: AlignedBuf<f32>,
     /// [n_threads][group_size][capacity] attention scores of the query heads sharing a KV
     /// head (the keys each query attends to, in position order)
-    scores: Vec<f32>,
+    scores: AlignedBuf<f32>,
     /// [rows needing logits][vocab_size]
     pub logits: Vec<f32>,
 }
 
 impl Scratch {
     fn ensure(&mut self, cfg: &ModelConfig, n_tokens: usize, n_threads: usize, capacity: usize) {
-        let grow = |v: &mut Vec<f32>, n: usize| {
-            if v.len() < n {
-                v.resize(n, 0.0);
-            }
-        };
         let t = n_tokens;
-        grow(&mut self.x, t * cfg.d_model);
+        self.x.grow(t * cfg.d_model, 0.0);
         let widest = cfg.d_model.max(cfg.ffn_dim).max(cfg.d_q());
-        grow(&mut self.xn, t * cfg.d_model.max(cfg.ffn_dim));
-        grow(&mut self.gs, t * group_sums_len(widest));
-        grow(&mut self.q, t * cfg.d_q());
-        grow(&mut self.k, t * cfg.d_kv());
-        grow(&mut self.v, t * cfg.d_kv());
-        grow(&mut self.att, t * cfg.d_q());
-        grow(&mut self.proj, t * cfg.d_model);
-        grow(&mut self.gate, t * cfg.ffn_dim);
-        grow(&mut self.up, t * cfg.ffn_dim);
+        self.xn.grow(t * cfg.d_model.max(cfg.ffn_dim), 0.0);
+        self.gs.grow(t * group_sums_len(widest), 0.0);
+        self.q.grow(t * cfg.d_q(), 0.0);
+        self.k.grow(t * cfg.d_kv(), 0.0);
+        self.v.grow(t * cfg.d_kv(), 0.0);
+        self.att.grow(t * cfg.d_q(), 0.0);
+        self.proj.grow(t * cfg.d_model, 0.0);
+        self.gate.grow(t * cfg.ffn_dim, 0.0);
+        self.up.grow(t * cfg.ffn_dim, 0.0);
         let n_bases = rope_bases(cfg).len();
-        grow(&mut self.rope_cos, n_bases * t * cfg.head_dim / 2);
-        grow(&mut self.rope_sin, n_bases * t * cfg.head_dim / 2);
-        grow(&mut self.scores, CHUNKS_PER_THREAD * n_threads * cfg.group_size() * capacity);
+        self.rope_cos.grow(n_bases * t * cfg.head_dim / 2, 0.0);
+        self.rope_sin.grow(n_bases * t * cfg.head_dim / 2, 0.0);
+        self.scores.grow(CHUNKS_PER_THREAD * n_threads * cfg.group_size() * capacity, 0.0);
         self.n_tokens = t;
     }
 }
@@ -392,7 +388,7 @@ impl Transformer {
         gs: &[f32],
         xq: &QuantizedRows,
         t_n: usize,
-        jobs: &mut [(&Matrix, &mut Vec<f32>)],
+        jobs: &mut [(&Matrix, &mut [f32])],
     ) {
         let cols = jobs[0].0.cols;
         let act = Activations { x, gs, n_tokens: t_n, cols };
