@@ -215,19 +215,35 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert!(w.ty.kernel() != KernelGroup::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
     assert!(isa.available(), "the {} kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
-    // SAFETY: the shapes, the buffer lengths and the CPU's features are checked above; the
-    // outputs are this call's alone (this function's precondition).
-    unsafe {
-        match isa {
-            Isa::Scalar => by_type::<Scalar16>(w, act, rows, out, token_stride),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => x86::avx2(w, act, rows, out, token_stride),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => x86::avx512(w, act, rows, out, token_stride),
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => unreachable!("no SIMD path on this architecture"),
+    DECODED_SCRATCH.with_borrow_mut(|scratch| {
+        // SAFETY: the shapes, the buffer lengths and the CPU's features are checked above; the
+        // outputs are this call's alone (this function's precondition).
+        unsafe {
+            match isa {
+                Isa::Scalar => by_type::<Scalar16>(w, act, rows, out, token_stride, scratch),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => x86::avx2(w, act, rows, out, token_stride, scratch),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => x86::avx512(w, act, rows, out, token_stride, scratch),
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => unreachable!("no SIMD path on this architecture"),
+            }
         }
-    }
+    })
+}
+
+/// A thread's buffers for the tiles over decoded rows ([`decoded_tiles`]), kept from one
+/// multi-token matmul to the next and grown to the largest so far.
+#[derive(Default)]
+struct DecodedScratch {
+    /// [rows][cols] f32: the decoded weights of one row group.
+    rows: AlignedBuf<f32>,
+    /// [tile][row][token][lo, hi][16] f32: the tiles' running sums between column blocks.
+    sums: AlignedBuf<f32>,
+}
+
+thread_local! {
+    static DECODED_SCRATCH: std::cell::RefCell<DecodedScratch> = std::cell::RefCell::default();
 }
 
 /// `out = sum_r weights[r] * V[r]` over the rows of `v` in index order, lane-wise fused
@@ -371,10 +387,10 @@ mod x86 {
     /// [`matmul_rows`](super::matmul_rows); no other thread may touch those outputs during the
     /// call.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn avx2(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+    pub(super) unsafe fn avx2(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize, scratch: &mut DecodedScratch) {
         // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
         // function enables.
-        unsafe { by_type::<Avx2x2>(w, act, rows, out, token_stride) }
+        unsafe { by_type::<Avx2x2>(w, act, rows, out, token_stride, scratch) }
     }
 
     /// # Safety
@@ -382,10 +398,10 @@ mod x86 {
     /// the checks of [`matmul_rows`](super::matmul_rows); no other thread may touch those
     /// outputs during the call.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    pub unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+    pub(super) unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize, scratch: &mut DecodedScratch) {
         // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
         // function enables.
-        unsafe { by_type::<Avx512>(w, act, rows, out, token_stride) }
+        unsafe { by_type::<Avx512>(w, act, rows, out, token_stride, scratch) }
     }
 
     /// # Safety
@@ -413,18 +429,18 @@ mod x86 {
 /// The CPU must have `L`'s ISA, the arguments must pass the checks of [`matmul_rows`], and no
 /// other thread may touch those elements of `out` during the call.
 #[inline(always)]
-unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize, scratch: &mut DecodedScratch) {
     // SAFETY: `W` is the group type of `w`'s kernel group, so its layout is that of `w`'s rows;
     // the rest is the caller's precondition, which `tiles` asks for too.
     unsafe {
         match w.ty.kernel() {
-            KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out, token_stride),
-            KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out, token_stride),
-            KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out, token_stride),
-            KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out, token_stride),
-            KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out, token_stride),
-            KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out, token_stride),
-            KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out, token_stride),
+            KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out, token_stride, scratch),
+            KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out, token_stride, scratch),
+            KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out, token_stride, scratch),
+            KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out, token_stride, scratch),
+            KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out, token_stride, scratch),
+            KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out, token_stride, scratch),
+            KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out, token_stride, scratch),
         }
     }
 }
@@ -435,16 +451,24 @@ unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>,
 /// # Safety
 /// As for [`by_type`], with `f` the group format of `w.ty`.
 #[inline(always)]
-unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+unsafe fn by_group_format<L: Lanes16>(
+    f: GroupFormat,
+    w: &MatRef,
+    act: &Activations,
+    rows: Range<usize>,
+    out: Disjoint<f32>,
+    token_stride: usize,
+    scratch: &mut DecodedScratch,
+) {
     // SAFETY: `f` is `w.ty`'s group format, so the instance's layout is that of `w`'s rows; the
     // rest is the caller's precondition, which `tiles` asks for too.
     unsafe {
         match (f.codes, f.halves, f.offset) {
-            (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out, token_stride), // Q5_1, Q5_K
-            (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out, token_stride), // Q6_K
-            (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out, token_stride), // Q4_K
-            (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out, token_stride), // Q3_K
-            (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out, token_stride), // Q2_K
+            (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out, token_stride, scratch), // Q5_1, Q5_K
+            (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out, token_stride, scratch), // Q6_K
+            (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out, token_stride, scratch), // Q4_K
+            (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out, token_stride, scratch), // Q3_K
+            (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out, token_stride, scratch), // Q2_K
             // tests/kernels.rs runs every type in GgmlType::ALL through here.
             _ => unreachable!("no kernel instance for {f:?}: add one here"),
         }
@@ -462,23 +486,31 @@ unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, w: &MatRef, act: &Activati
 /// # Safety
 /// As for [`by_type`], with `W` the group type of `w.ty`.
 #[inline(always)]
-unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+unsafe fn tiles<L: Lanes16, W: WeightGroup>(
+    w: &MatRef,
+    act: &Activations,
+    rows: Range<usize>,
+    out: Disjoint<f32>,
+    token_stride: usize,
+    scratch: &mut DecodedScratch,
+) {
     // SAFETY: rows `r..r + nr` are rows of `w` (`rows.end <= w.rows`) and tokens `t..` tokens
     // of `act`, so the row and activation pointers stay in their buffers and `tile` reads what
-    // they hold; `decoded` holds `nr` rows of `cols` f32; the outputs `t * token_stride + r..`
+    // they hold; `scratch` holds `nr` rows of `cols` f32 and the block's sums; the outputs `t * token_stride + r..`
     // are in `out` (`check_out`) and this call's alone, and the CPU has `L`'s ISA (this
     // function's precondition).
     unsafe {
         let row_bytes = w.row_bytes();
         let cols = act.cols;
         let decoded_rows = L::PREFILL_TILE_ROWS.min(F32Group::PREFILL_TILE_ROWS);
-        // [decoded_rows][cols]
-        let mut decoded = AlignedBuf::<f32>::default();
-        // The running sums of the tiles over decoded rows ([`decoded_tiles`]).
-        let mut decoded_sums = AlignedBuf::<f32>::default();
         // Rows decoded once serve a block of tokens whose activations stay in L2 while the
         // thread's rows pass.
-        let block = if W::DECODED_PREFILL { decoded_token_block(cols) } else { TOKEN_BLOCK };
+        let mut block = TOKEN_BLOCK;
+        if W::DECODED_PREFILL && act.n_tokens > PREFILL_TILE_TOKENS {
+            block = decoded_token_block(cols);
+            scratch.rows.grow(decoded_rows * cols, 0.0);
+            scratch.sums.grow(block.div_ceil(PREFILL_TILE_TOKENS) * decoded_rows * PREFILL_TILE_TOKENS * 2 * 16, 0.0);
+        }
         for t_block in (0..act.n_tokens).step_by(block) {
             let tokens = t_block..(t_block + block).min(act.n_tokens);
             let decode = W::DECODED_PREFILL && tokens.len() > PREFILL_TILE_TOKENS;
@@ -488,10 +520,6 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                 (_, true) => decoded_rows,
                 (_, false) => L::PREFILL_TILE_ROWS.min(W::PREFILL_TILE_ROWS),
             };
-            if decode && decoded.is_empty() {
-                decoded.resize(decoded_rows * cols, 0.0);
-                decoded_sums.resize(block.div_ceil(PREFILL_TILE_TOKENS) * decoded_rows * PREFILL_TILE_TOKENS * 2 * 16, 0.0);
-            }
             let ahead = &mut StreamAhead::new(&w.data[rows.start * row_bytes..rows.end * row_bytes]);
             let mut r = rows.start;
             while r < rows.end {
@@ -511,10 +539,10 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
                 } else if decode {
                     // The rows are read from memory here, once for the block.
                     ahead.advance(nr * row_bytes);
-                    let d = decoded.as_mut_ptr();
+                    let d = scratch.rows.as_mut_ptr();
                     decode_rows::<L, W>(row, row_bytes, nr, cols, d);
                     let o = (out, token_stride);
-                    let sums = decoded_sums.as_mut_ptr();
+                    let sums = scratch.sums.as_mut_ptr();
                     match nr {
                         3 => decoded_tiles::<L, 3>(d, tokens.clone(), act, r, o, sums),
                         2 => decoded_tiles::<L, 2>(d, tokens.clone(), act, r, o, sums),
@@ -532,18 +560,36 @@ unsafe fn tiles<L: Lanes16, W: WeightGroup>(w: &MatRef, act: &Activations, rows:
 /// Most tokens in a tile of several tokens.
 const PREFILL_TILE_TOKENS: usize = 4;
 
-/// Bytes of f32 activations a token block over decoded rows keeps: a quarter of a 2 MiB L2,
-/// so the block's activations are read from L2 by every row group, not from memory.
-const DECODED_BLOCK_BYTES: usize = 512 * 1024;
+/// The size of one core's L2 cache as the CPU reports it (1 MiB where it does not), between
+/// 512 KiB and 4 MiB. It sizes token blocks, never a result.
+fn l2_bytes() -> usize {
+    static L2: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *L2.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::__cpuid;
+            // A leaf above the highest extended one reads as that leaf's values, so the
+            // maximum is checked first; leaf 0x8000_0006, ECX bits 31..16: the L2's size in
+            // KiB (AMD and Intel).
+            let kib = if __cpuid(0x8000_0000).eax >= 0x8000_0006 { (__cpuid(0x8000_0006).ecx >> 16) as usize } else { 0 };
+            if kib > 0 {
+                return (kib * 1024).clamp(512 * 1024, 4 * 1024 * 1024);
+            }
+        }
+        1024 * 1024
+    })
+}
 
 /// Tokens per block over decoded rows of `cols` values: [`TOKEN_BLOCK`], or fewer (whole
-/// tiles) where that many rows of activations would not fit [`DECODED_BLOCK_BYTES`].
+/// tiles) where that many rows of activations would not fit in half of this core's L2, so
+/// that every row group reads the block's activations from L2, not from memory. More
+/// tokens per block spread each row's decoding over more of them.
 fn decoded_token_block(cols: usize) -> usize {
-    let fit = DECODED_BLOCK_BYTES / (4 * cols);
+    let fit = l2_bytes() / 2 / (4 * cols);
     fit.clamp(PREFILL_TILE_TOKENS, TOKEN_BLOCK) / PREFILL_TILE_TOKENS * PREFILL_TILE_TOKENS
 }
 
-/// Rows `nr` rows of `W` at `row` (`row_bytes` apart) against tokens `tokens` of `act`, in
+/// `nr` rows of `W` at `row` (`row_bytes` apart) against tokens `tokens` of `act`, in
 /// tiles of `nr` rows and up to [`PREFILL_TILE_TOKENS`] tokens; the outputs of row `r0 + i`
 /// and token `t` go to `out` at `t * token_stride + r0 + i`. With a stream (`ahead`), the
 /// first tile reads the rows from memory and walks it on.
@@ -624,19 +670,17 @@ unsafe fn decoded_tiles<L: Lanes16, const NR: usize>(
         // [tile][row][token][lo, hi][16]
         let tile_sums = NR * PREFILL_TILE_TOKENS * 2 * 16;
         let n_tiles = tokens.len().div_ceil(PREFILL_TILE_TOKENS);
-        for i in 0..n_tiles * tile_sums / 16 {
-            L::zero().store(sums.add(16 * i));
-        }
         for c0 in (0..cols).step_by(DECODED_COLS) {
             let groups = c0 / GROUP..(c0 + DECODED_COLS).min(cols) / GROUP;
+            let first = c0 == 0;
             for i in 0..n_tiles {
                 let t = tokens.start + i * PREFILL_TILE_TOKENS;
                 let (x, s) = (act.x.as_ptr().add(t * cols), sums.add(i * tile_sums));
                 match tokens.end - t {
-                    1 => decoded_tile_part::<L, NR, 1>(w, x, cols, groups.clone(), s),
-                    2 => decoded_tile_part::<L, NR, 2>(w, x, cols, groups.clone(), s),
-                    3 => decoded_tile_part::<L, NR, 3>(w, x, cols, groups.clone(), s),
-                    _ => decoded_tile_part::<L, NR, 4>(w, x, cols, groups.clone(), s),
+                    1 => decoded_tile_part::<L, NR, 1>(w, x, cols, groups.clone(), s, first),
+                    2 => decoded_tile_part::<L, NR, 2>(w, x, cols, groups.clone(), s, first),
+                    3 => decoded_tile_part::<L, NR, 3>(w, x, cols, groups.clone(), s, first),
+                    _ => decoded_tile_part::<L, NR, 4>(w, x, cols, groups.clone(), s, first),
                 }
             }
         }
@@ -652,21 +696,31 @@ unsafe fn decoded_tiles<L: Lanes16, const NR: usize>(
 }
 
 /// One tile of [`decoded_tiles`] over the groups `groups`: `NR` rows of `w` ([NR][cols]
-/// f32) against `NT` tokens from `x` ([NT][cols] f32), continuing the two chains of each
-/// output from `sums` ([NR][4][lo, hi][16] f32) and leaving them there.
+/// f32) against `NT` tokens from `x` ([NT][cols] f32), the two chains of each output
+/// starting at zero (the `first` column block) or continuing from `sums` ([NR][4][lo, hi][16]
+/// f32), and left there.
 ///
 /// # Safety
 /// As for [`decoded_tiles`], for this tile.
 #[inline(always)]
-unsafe fn decoded_tile_part<L: Lanes16, const NR: usize, const NT: usize>(w: *const f32, x: *const f32, cols: usize, groups: Range<usize>, sums: *mut f32) {
+unsafe fn decoded_tile_part<L: Lanes16, const NR: usize, const NT: usize>(
+    w: *const f32,
+    x: *const f32,
+    cols: usize,
+    groups: Range<usize>,
+    sums: *mut f32,
+    first: bool,
+) {
     // SAFETY: the caller's precondition.
     unsafe {
         let mut lo = [[L::zero(); NT]; NR];
         let mut hi = [[L::zero(); NT]; NR];
-        for r in 0..NR {
-            for t in 0..NT {
-                let s = sums.add((r * PREFILL_TILE_TOKENS + t) * 32);
-                (lo[r][t], hi[r][t]) = (L::load(s), L::load(s.add(16)));
+        if !first {
+            for r in 0..NR {
+                for t in 0..NT {
+                    let s = sums.add((r * PREFILL_TILE_TOKENS + t) * 32);
+                    (lo[r][t], hi[r][t]) = (L::load(s), L::load(s.add(16)));
+                }
             }
         }
         for g in groups {
@@ -732,19 +786,42 @@ unsafe fn decode_rows<L: Lanes16, W: WeightGroup>(row: *const u8, row_bytes: usi
             let (row, dst) = (row.add(r * row_bytes), dst.add(r * cols));
             let mut d = [0f32; 16];
             for chunk in (0..groups).step_by(16) {
-                let n = (groups - chunk).min(16);
-                if W::SCALED {
-                    f16_chunk::<L>(row.add(groups * W::CODE_BYTES + 2 * chunk), n).store(d.as_mut_ptr());
-                }
-                for (j, &dj) in d.iter().enumerate().take(n) {
-                    let g = chunk + j;
-                    let (lo, hi) = W::weights_at::<L>(row, groups, g, if W::SCALED { L::splat(dj) } else { L::zero() });
+                chunk_scales::<L, W>(row, groups, chunk, &mut d);
+                for g in chunk..(chunk + 16).min(groups) {
+                    let (lo, hi) = group_weights::<L, W>(row, groups, g, &d);
                     lo.store(dst.add(g * GROUP));
                     hi.store(dst.add(g * GROUP + GROUP / 2));
                 }
             }
         }
     }
+}
+
+/// The f16 scales of the up to 16 groups from `chunk` of a row of `W` at `row` (`groups`
+/// groups), as f32 into `d`, for [`group_weights`]; nothing for types without them.
+///
+/// # Safety
+/// `row` must point at a row of `groups` groups in `W`'s layout, `chunk < groups`, and the
+/// CPU have `L`'s ISA.
+#[inline(always)]
+unsafe fn chunk_scales<L: Lanes16, W: WeightGroup>(row: *const u8, groups: usize, chunk: usize, d: &mut [f32; 16]) {
+    if W::SCALED {
+        // SAFETY: the row's scales follow its codes, one f16 per group (this function's
+        // precondition).
+        unsafe { f16_chunk::<L>(row.add(groups * W::CODE_BYTES + 2 * chunk), (groups - chunk).min(16)).store(d.as_mut_ptr()) }
+    }
+}
+
+/// The weights of group `g` of that row, its two halves, with `d` the scales of `g`'s chunk
+/// from [`chunk_scales`]: what every tile multiplies by, whether it unpacks the group in
+/// registers ([`tile`]) or reads it decoded ([`decode_rows`]).
+///
+/// # Safety
+/// As for [`chunk_scales`], with `g < groups`.
+#[inline(always)]
+unsafe fn group_weights<L: Lanes16, W: WeightGroup>(row: *const u8, groups: usize, g: usize, d: &[f32; 16]) -> (L, L) {
+    // SAFETY: group `g` is in the row (this function's precondition).
+    unsafe { W::weights_at::<L>(row, groups, g, if W::SCALED { L::splat(d[g % 16]) } else { L::zero() }) }
 }
 
 /// Asks for the cache lines of `p[..n]` to be brought into L2 (a hint: no effect on results).
@@ -864,10 +941,8 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
         // Loops rather than closures here: a closure would not inherit the ISA wrapper's target
         // features, and the lane ops inside it would not inline.
         let mut rows = [row; NR];
-        let mut d_ptr = [row; NR];
-        for r in 0..NR {
-            rows[r] = row.add(r * row_bytes);
-            d_ptr[r] = rows[r].add(groups * W::CODE_BYTES);
+        for (r, p) in rows.iter_mut().enumerate() {
+            *p = row.add(r * row_bytes);
         }
         // Two chains per output (low and high halves of each group) halve the FMA latency chain.
         let mut acc_lo = [[L::zero(); NT]; NR];
@@ -879,18 +954,13 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
             if let Some(a) = ahead.as_deref_mut() {
                 a.advance_piece(NR * row_bytes, chunks, chunk / 16);
             }
-            if W::SCALED {
-                for r in 0..NR {
-                    f16_chunk::<L>(d_ptr[r].add(2 * chunk), n).store(d[r].as_mut_ptr());
-                }
+            for r in 0..NR {
+                chunk_scales::<L, W>(rows[r], groups, chunk, &mut d[r]);
             }
-            #[allow(clippy::needless_range_loop)] // j indexes every row's scales
-            for j in 0..n {
-                let g = chunk + j;
+            for g in chunk..chunk + n {
                 let mut w = [(L::zero(), L::zero()); NR];
                 for r in 0..NR {
-                    let dv = if W::SCALED { L::splat(d[r][j]) } else { L::zero() };
-                    w[r] = W::weights_at::<L>(rows[r], groups, g, dv);
+                    w[r] = group_weights::<L, W>(rows[r], groups, g, &d[r]);
                 }
                 group_fmas::<L, NR, NT>(&w, x, cols, g, &mut acc_lo, &mut acc_hi);
             }
@@ -898,7 +968,7 @@ unsafe fn tile<L: Lanes16, W: WeightGroup, const NR: usize, const NT: usize>(
         for r in 0..NR {
             let mut macc = [L::zero(); NT];
             if W::OFFSET {
-                let m_ptr = d_ptr[r].add(2 * groups);
+                let m_ptr = rows[r].add(groups * (W::CODE_BYTES + 2));
                 for chunk in (0..groups).step_by(16) {
                     let m = f16_chunk::<L>(m_ptr.add(2 * chunk), (groups - chunk).min(16));
                     for (t, a) in macc.iter_mut().enumerate() {

@@ -23,8 +23,8 @@ use super::config::{ModelConfig, RopeStyle};
 use super::kv_cache::KvCache;
 use super::rowwise;
 use super::weights::{LayerWeights, TransformerWeights, Matrix};
-use crate::kernels::aligned::AlignedBuf;
 use crate::error::{Error, Result};
+use crate::kernels::aligned::AlignedBuf;
 use crate::kernels::{
     elementwise, group_sums_len, matmul_rows, matmul_rows_int8, weighted_row_sums, Activations, Isa,
     Precision, QuantizedRows,
