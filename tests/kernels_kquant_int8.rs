@@ -291,3 +291,41 @@ fn int8_models_hold_their_matrices_in_at_most_ggml_bytes() {
         assert!(types.contains(t), "{t} in the files");
     }
 }
+
+/// The largest codes (every code byte 0xFF) against activations at the largest codes of
+/// either sign (every value -1 or 1, so every code -127 or 127): the integer sums stay exact
+/// on every path, the file's blocks read in place included, where the one-token kernels carry
+/// partial sums in 16 bits.
+#[test]
+fn kquant_int8_largest_codes_stay_exact() {
+    use crate::common::int8::{int8_isas, run};
+    use reprolm::kernels::packed::reads_blocks_in_place;
+    use reprolm::kernels::{Isa, MatRef};
+    let (rows, cols) = (3, 4352);
+    for ty in TYPES {
+        let mut ggml = vec![0xFFu8; rows * ty.row_bytes(cols)];
+        for b in ggml.chunks_exact_mut(ty.block_bytes()) {
+            for &at in ty.spec().f16_fields {
+                b[at + 1] &= 0b1011_0011;
+            }
+        }
+        let mut packed = vec![0u8; ggml.len()];
+        pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut packed);
+        let chunked = MatRef { ty, rows, cols, layout: Layout::Chunked, data: &packed };
+        for n_tokens in [1, 2, 5] {
+            // Token t: every value -1 (t even) or 1 (t odd).
+            let x: Vec<f32> = (0..n_tokens * cols).map(|i| if (i / cols) % 2 == 0 { -1.0 } else { 1.0 }).collect();
+            let mut act = QuantizedRows::default();
+            act.quantize(Isa::Scalar, &x, cols, n_tokens);
+            assert_eq!(act.q[..act.q_stride()].iter().filter(|&&q| q == -127).count(), cols, "the activation codes are the largest");
+            let scalar = run(Isa::Scalar, &chunked, &act);
+            for isa in int8_isas() {
+                assert!(run(isa, &chunked, &act) == scalar, "{} T={n_tokens} on {}", ty.name(), isa.name());
+                if reads_blocks_in_place(ty) {
+                    let blocks = MatRef { layout: Layout::Blocks, data: &ggml, ..chunked };
+                    assert!(run(isa, &blocks, &act) == scalar, "{} blocks T={n_tokens} on {}", ty.name(), isa.name());
+                }
+            }
+        }
+    }
+}

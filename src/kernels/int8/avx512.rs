@@ -331,8 +331,9 @@ unsafe fn q5k_codes64(block: *const u8, j: usize) -> __m512i {
 /// One token's integer sums (step 1) of a full chunk of two Q5_K super-blocks at `blocks`
 /// against the chunk's activation codes in group order (`xg`, 512 bytes): each two groups'
 /// codes ([`q5k_codes64`]) against 64 activation bytes by one `vpdpbusd`, then the 8 partial
-/// sums of each group added by three stages of permutations into lane `l` = group `l`. The
-/// sums are exact, so they are `dot_q5`'s on the unpacked codes.
+/// sums of each group added in pairs twice within 128-bit lanes ([`paired_lanes`]) and once
+/// by permutations into lane `l` = group `l`. The sums are exact, so they are `dot_q5`'s on
+/// the unpacked codes.
 ///
 /// # Safety
 /// The CPU must have AVX-512 (F, BW, VNNI); `blocks` must be valid for 2 super-blocks and `xg`
@@ -347,10 +348,42 @@ unsafe fn q5k_blocks_dots(blocks: *const u8, xg: *const i8) -> Vnni {
             let u = q5k_codes64(blocks.add(Q5K_BLOCK * (k / 4)), k % 4);
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xg.add(64 * k).cast()))
         });
-        let s: [__m512i; 4] = per_index!(4, |k| reduce_pair::<1>(s[2 * k], s[2 * k + 1]));
-        let s: [__m512i; 2] = per_index!(2, |k| reduce_pair::<2>(s[2 * k], s[2 * k + 1]));
-        Vnni(reduce_pair::<3>(s[0], s[1]))
+        // Each lane sums 4 products of `u <= 31` and `|x| <= 127`: at most 15748, and 31496
+        // after the first pairing, so both pairings fit 16 bits ([`paired_lanes`]).
+        let s: [__m512i; 4] = per_index!(4, |k| paired_lanes(s[2 * k], s[2 * k + 1]));
+        let s: [__m512i; 2] = per_index!(2, |k| paired_lanes(s[2 * k], s[2 * k + 1]));
+        // Register i, lane 4q + r: a partial of group 8i + 2r + q / 2.
+        let (lo, hi) = const { (q5k_group_index(0), q5k_group_index(1)) };
+        let lo = _mm512_permutex2var_epi32(s[0], _mm512_loadu_epi32(lo.as_ptr()), s[1]);
+        Vnni(_mm512_add_epi32(lo, _mm512_permutex2var_epi32(s[0], _mm512_loadu_epi32(hi.as_ptr()), s[1])))
     }
+}
+
+/// Lanes of `a` and `b` added in adjacent pairs: lane `4 q + r` of the result is lanes
+/// `4 q + 2 r` and `4 q + 2 r + 1` of `a` (`r < 2`) or `4 q + 2 (r - 2)` and `4 q + 2 (r - 2) + 1`
+/// of `b` (`r >= 2`), by packing both to 16 bits and `vpmaddwd` with ones. Exact when every
+/// lane of `a` and `b` is within `i16` (the packing saturates otherwise).
+///
+/// # Safety
+/// The CPU must have AVX-512 (F, BW).
+#[inline(always)]
+unsafe fn paired_lanes(a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: the CPU has AVX-512 (F, BW) (this function's precondition).
+    unsafe { _mm512_madd_epi16(_mm512_packs_epi32(a, b), _mm512_set1_epi16(1)) }
+}
+
+/// The lanes of [`q5k_blocks_dots`]'s two paired registers (index `16 i + m` for lane `m` of
+/// register `i`) that hold partial `part` (0 or 1) of group `l`, for lane `l`: group
+/// `8 i + 2 r + p` sits in lanes `4 (2 p + part) + r`.
+const fn q5k_group_index(part: usize) -> [i32; 16] {
+    let mut idx = [0i32; 16];
+    let mut g = 0;
+    while g < 16 {
+        let (i, rem) = (g / 8, g % 8);
+        idx[g] = (16 * i + 4 * (2 * (rem % 2) + part) + rem / 2) as i32;
+        g += 1;
+    }
+    idx
 }
 
 /// The 16-bit lanes of a register's low 256 bits.
@@ -368,11 +401,27 @@ const fn sub_block_sums_index(b: usize) -> [i32; 16] {
     idx
 }
 
+/// The lanes of a super-block's two paired registers in [`q6k_blocks_dots`] (index `16 h + m`
+/// for lane `m` of the block's register `h`) that hold partial `part` (0 or 1) of sub-block
+/// `j`, for lane `j`: sub-block `8 h + q` sits in lanes `4 q + part`, `8 h + 4 + q` in
+/// `4 q + 2 + part`.
+const fn q6k_sub_block_index(part: usize) -> [i32; 16] {
+    let mut idx = [0i32; 16];
+    let mut j = 0;
+    while j < 16 {
+        let (h, q) = (j / 8, j % 8);
+        idx[j] = (16 * h + 4 * (q % 4) + 2 * (q / 4) + part) as i32;
+        j += 1;
+    }
+    idx
+}
+
 /// One token's integer sums (step 1) of a full chunk of two Q6_K super-blocks at `blocks`
 /// against the chunk's activation codes in group order (`xg`, 512 bytes) with their 16 code
 /// sums `qsum` and first-half sums `hsum`: each 64 codes ([`q6k_codes64`]) against 64
 /// activation bytes by one `vpdpbusd`, the 4 partial sums of each sub-block of 16 values
-/// added by two stages of permutations into lane `s` = sub-block `s` of each super-block, then
+/// added in pairs within 128-bit lanes ([`paired_lanes`]) and then by permutations into lane
+/// `s` = sub-block `s` of each super-block, then
 /// `sc_s (sum - 32 xsum_s)` (`xsum_s` the sub-block's activation code sum) and the two
 /// sub-blocks of each group added by a third. The sums are exact, so they are `dot_q6`'s on the
 /// unpacked codes.
@@ -390,9 +439,16 @@ unsafe fn q6k_blocks_dots(blocks: *const u8, xg: *const i8, qsum: *const i32, hs
             let u = q6k_codes64(blocks.add(Q6K_BLOCK * (k / 4)), k % 4);
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xg.add(64 * k).cast()))
         });
-        let s: [__m512i; 4] = per_index!(4, |k| reduce_pair::<2>(s[2 * k], s[2 * k + 1]));
+        // Each lane sums 4 products of `u <= 63` and `|x| <= 127`: at most 32004, within 16
+        // bits ([`paired_lanes`]). Register j, lane 4q + r: a partial of the chunk's sub-block
+        // 8j + q (r < 2) or 8j + 4 + q (r >= 2).
+        let s: [__m512i; 4] = per_index!(4, |k| paired_lanes(s[2 * k], s[2 * k + 1]));
         // Register b: lane j the sum of sub-block j of super-block b.
-        let s: [__m512i; 2] = per_index!(2, |b| reduce_pair::<3>(s[2 * b], s[2 * b + 1]));
+        let s: [__m512i; 2] = per_index!(2, |b| {
+            let (lo, hi) = const { (q6k_sub_block_index(0), q6k_sub_block_index(1)) };
+            let lo = _mm512_permutex2var_epi32(s[2 * b], _mm512_loadu_epi32(lo.as_ptr()), s[2 * b + 1]);
+            _mm512_add_epi32(lo, _mm512_permutex2var_epi32(s[2 * b], _mm512_loadu_epi32(hi.as_ptr()), s[2 * b + 1]))
+        });
         let h = _mm512_loadu_si512(hsum.cast());
         let rest = _mm512_sub_epi32(_mm512_loadu_si512(qsum.cast()), h);
         let scaled: [__m512i; 2] = per_index!(2, |b| {
