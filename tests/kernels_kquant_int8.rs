@@ -298,17 +298,13 @@ fn int8_models_hold_their_matrices_in_at_most_ggml_bytes() {
 /// partial sums in 16 bits.
 #[test]
 fn kquant_int8_largest_codes_stay_exact() {
-    use crate::common::int8::{int8_isas, run};
+    use crate::common::int8::{int8_isas, moderate_f16_fields, run};
     use reprolm::kernels::packed::reads_blocks_in_place;
     use reprolm::kernels::{Isa, MatRef};
     let (rows, cols) = (3, 4352);
     for ty in TYPES {
         let mut ggml = vec![0xFFu8; rows * ty.row_bytes(cols)];
-        for b in ggml.chunks_exact_mut(ty.block_bytes()) {
-            for &at in ty.spec().f16_fields {
-                b[at + 1] &= 0b1011_0011;
-            }
-        }
+        moderate_f16_fields(ty, &mut ggml);
         let mut packed = vec![0u8; ggml.len()];
         pack_rows_in(ty, Layout::Chunked, cols, &ggml, &mut packed);
         let chunked = MatRef { ty, rows, cols, layout: Layout::Chunked, data: &packed };

@@ -24,12 +24,18 @@ pub fn int8_isas() -> Vec<Isa> {
 /// 2^-2 in magnitude).
 pub fn random_ggml_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let mut bytes: Vec<u8> = (0..rows * ty.row_bytes(cols)).map(|_| rng.byte()).collect();
+    moderate_f16_fields(ty, &mut bytes);
+    bytes
+}
+
+/// Clears bits of the high byte of every f16 field of `ty`'s blocks in `bytes`, so that each
+/// is finite and below 2^-2 in magnitude (exponent at most 12), whatever the other bytes are.
+pub fn moderate_f16_fields(ty: GgmlType, bytes: &mut [u8]) {
     for b in bytes.chunks_exact_mut(ty.block_bytes()) {
         for &at in ty.spec().f16_fields {
             b[at + 1] &= 0b1011_0011;
         }
     }
-    bytes
 }
 
 /// Activations `[n_tokens][cols]` whose groups of 32 have very different magnitudes, one of

@@ -217,8 +217,18 @@ const fn reduce_index(stage: u32, low: bool) -> [i32; 16] {
 #[inline(always)]
 unsafe fn reduce_pair<const STAGE: u32>(a: __m512i, b: __m512i) -> __m512i {
     // SAFETY: the CPU has AVX-512F (this function's precondition).
+    unsafe { picked_sums(a, b, &const { reduce_index(STAGE, true) }, &const { reduce_index(STAGE, false) }) }
+}
+
+/// Lane `l`: lane `lo[l]` plus lane `hi[l]` of `a` and `b` taken as one 32-lane source
+/// (indices 16 and up select `b`).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[inline(always)]
+unsafe fn picked_sums(a: __m512i, b: __m512i, lo: &[i32; 16], hi: &[i32; 16]) -> __m512i {
+    // SAFETY: the CPU has AVX-512F (this function's precondition); the indices are 16 i32.
     unsafe {
-        let (lo, hi) = (const { reduce_index(STAGE, true) }, const { reduce_index(STAGE, false) });
         let lo = _mm512_permutex2var_epi32(a, _mm512_loadu_epi32(lo.as_ptr()), b);
         _mm512_add_epi32(lo, _mm512_permutex2var_epi32(a, _mm512_loadu_epi32(hi.as_ptr()), b))
     }
@@ -353,9 +363,7 @@ unsafe fn q5k_blocks_dots(blocks: *const u8, xg: *const i8) -> Vnni {
         let s: [__m512i; 4] = per_index!(4, |k| paired_lanes(s[2 * k], s[2 * k + 1]));
         let s: [__m512i; 2] = per_index!(2, |k| paired_lanes(s[2 * k], s[2 * k + 1]));
         // Register i, lane 4q + r: a partial of group 8i + 2r + q / 2.
-        let (lo, hi) = const { (q5k_group_index(0), q5k_group_index(1)) };
-        let lo = _mm512_permutex2var_epi32(s[0], _mm512_loadu_epi32(lo.as_ptr()), s[1]);
-        Vnni(_mm512_add_epi32(lo, _mm512_permutex2var_epi32(s[0], _mm512_loadu_epi32(hi.as_ptr()), s[1])))
+        Vnni(picked_sums(s[0], s[1], &const { q5k_group_index(0) }, &const { q5k_group_index(1) }))
     }
 }
 
@@ -444,11 +452,7 @@ unsafe fn q6k_blocks_dots(blocks: *const u8, xg: *const i8, qsum: *const i32, hs
         // 8j + q (r < 2) or 8j + 4 + q (r >= 2).
         let s: [__m512i; 4] = per_index!(4, |k| paired_lanes(s[2 * k], s[2 * k + 1]));
         // Register b: lane j the sum of sub-block j of super-block b.
-        let s: [__m512i; 2] = per_index!(2, |b| {
-            let (lo, hi) = const { (q6k_sub_block_index(0), q6k_sub_block_index(1)) };
-            let lo = _mm512_permutex2var_epi32(s[2 * b], _mm512_loadu_epi32(lo.as_ptr()), s[2 * b + 1]);
-            _mm512_add_epi32(lo, _mm512_permutex2var_epi32(s[2 * b], _mm512_loadu_epi32(hi.as_ptr()), s[2 * b + 1]))
-        });
+        let s: [__m512i; 2] = per_index!(2, |b| picked_sums(s[2 * b], s[2 * b + 1], &const { q6k_sub_block_index(0) }, &const { q6k_sub_block_index(1) }));
         let h = _mm512_loadu_si512(hsum.cast());
         let rest = _mm512_sub_epi32(_mm512_loadu_si512(qsum.cast()), h);
         let scaled: [__m512i; 2] = per_index!(2, |b| {
