@@ -202,6 +202,17 @@ pub(crate) fn check_out(out: &Disjoint<f32>, token_stride: usize, n_tokens: usiz
     }
 }
 
+/// One matmul over a thread's rows: rows `rows` of `w` against every token of `act`, the
+/// output of row `r` and token `t` at `out[t * token_stride + r]`. The checked entry points
+/// ([`matmul_rows`], [`matmul_rows_int8`]) build it once and hand it down to the tiles.
+pub(crate) struct RowsCall<'a, A> {
+    w: &'a MatRef<'a>,
+    act: &'a A,
+    rows: Range<usize>,
+    out: Disjoint<'a, f32>,
+    token_stride: usize,
+}
+
 /// For every row `r` in `rows` and token `t`: `out[t * token_stride + r] = dot(W[r], x[t])`.
 ///
 /// # Safety
@@ -215,16 +226,17 @@ pub unsafe fn matmul_rows(isa: Isa, w: &MatRef, act: &Activations, rows: Range<u
     assert!(w.ty.kernel() != KernelGroup::Q4_1 || act.gs.len() >= act.n_tokens * group_sums_len(act.cols));
     assert!(isa.available(), "the {} kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
+    let call = &RowsCall { w, act, rows, out, token_stride };
     DECODED_SCRATCH.with_borrow_mut(|scratch| {
         // SAFETY: the shapes, the buffer lengths and the CPU's features are checked above; the
         // outputs are this call's alone (this function's precondition).
         unsafe {
             match isa {
-                Isa::Scalar => by_type::<Scalar16>(w, act, rows, out, token_stride, scratch),
+                Isa::Scalar => by_type::<Scalar16>(call, scratch),
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => x86::avx2(w, act, rows, out, token_stride, scratch),
+                Isa::Avx2 => x86::avx2(call, scratch),
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => x86::avx512(w, act, rows, out, token_stride, scratch),
+                Isa::Avx512 => x86::avx512(call, scratch),
                 #[cfg(not(target_arch = "x86_64"))]
                 _ => unreachable!("no SIMD path on this architecture"),
             }
@@ -387,10 +399,10 @@ mod x86 {
     /// [`matmul_rows`](super::matmul_rows); no other thread may touch those outputs during the
     /// call.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn avx2(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize, scratch: &mut DecodedScratch) {
+    pub(super) unsafe fn avx2(call: &RowsCall<Activations>, scratch: &mut DecodedScratch) {
         // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
         // function enables.
-        unsafe { by_type::<Avx2x2>(w, act, rows, out, token_stride, scratch) }
+        unsafe { by_type::<Avx2x2>(call, scratch) }
     }
 
     /// # Safety
@@ -398,10 +410,10 @@ mod x86 {
     /// the checks of [`matmul_rows`](super::matmul_rows); no other thread may touch those
     /// outputs during the call.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    pub(super) unsafe fn avx512(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize, scratch: &mut DecodedScratch) {
+    pub(super) unsafe fn avx512(call: &RowsCall<Activations>, scratch: &mut DecodedScratch) {
         // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
         // function enables.
-        unsafe { by_type::<Avx512>(w, act, rows, out, token_stride, scratch) }
+        unsafe { by_type::<Avx512>(call, scratch) }
     }
 
     /// # Safety
@@ -429,18 +441,18 @@ mod x86 {
 /// The CPU must have `L`'s ISA, the arguments must pass the checks of [`matmul_rows`], and no
 /// other thread may touch those elements of `out` during the call.
 #[inline(always)]
-unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize, scratch: &mut DecodedScratch) {
+unsafe fn by_type<L: Lanes16>(call: &RowsCall<Activations>, scratch: &mut DecodedScratch) {
     // SAFETY: `W` is the group type of `w`'s kernel group, so its layout is that of `w`'s rows;
     // the rest is the caller's precondition, which `tiles` asks for too.
     unsafe {
-        match w.ty.kernel() {
-            KernelGroup::F32 => tiles::<L, F32Group>(w, act, rows, out, token_stride, scratch),
-            KernelGroup::F16 => tiles::<L, F16Group>(w, act, rows, out, token_stride, scratch),
-            KernelGroup::Bf16 => tiles::<L, Bf16Group>(w, act, rows, out, token_stride, scratch),
-            KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(w, act, rows, out, token_stride, scratch),
-            KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(w, act, rows, out, token_stride, scratch),
-            KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(w, act, rows, out, token_stride, scratch),
-            KernelGroup::Groups(f) => by_group_format::<L>(f, w, act, rows, out, token_stride, scratch),
+        match call.w.ty.kernel() {
+            KernelGroup::F32 => tiles::<L, F32Group>(call, scratch),
+            KernelGroup::F16 => tiles::<L, F16Group>(call, scratch),
+            KernelGroup::Bf16 => tiles::<L, Bf16Group>(call, scratch),
+            KernelGroup::Q8_0 => tiles::<L, Q8_0Group>(call, scratch),
+            KernelGroup::Q4_0 => tiles::<L, Q4_0Group>(call, scratch),
+            KernelGroup::Q4_1 => tiles::<L, Q4_1Group>(call, scratch),
+            KernelGroup::Groups(f) => by_group_format::<L>(f, call, scratch),
         }
     }
 }
@@ -451,24 +463,16 @@ unsafe fn by_type<L: Lanes16>(w: &MatRef, act: &Activations, rows: Range<usize>,
 /// # Safety
 /// As for [`by_type`], with `f` the group format of `w.ty`.
 #[inline(always)]
-unsafe fn by_group_format<L: Lanes16>(
-    f: GroupFormat,
-    w: &MatRef,
-    act: &Activations,
-    rows: Range<usize>,
-    out: Disjoint<f32>,
-    token_stride: usize,
-    scratch: &mut DecodedScratch,
-) {
+unsafe fn by_group_format<L: Lanes16>(f: GroupFormat, call: &RowsCall<Activations>, scratch: &mut DecodedScratch) {
     // SAFETY: `f` is `w.ty`'s group format, so the instance's layout is that of `w`'s rows; the
     // rest is the caller's precondition, which `tiles` asks for too.
     unsafe {
         match (f.codes, f.halves, f.offset) {
-            (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(w, act, rows, out, token_stride, scratch), // Q5_1, Q5_K
-            (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(w, act, rows, out, token_stride, scratch), // Q6_K
-            (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(w, act, rows, out, token_stride, scratch), // Q4_K
-            (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(w, act, rows, out, token_stride, scratch), // Q3_K
-            (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(w, act, rows, out, token_stride, scratch), // Q2_K
+            (Codes::I8, false, true) => tiles::<L, Groups<I8Codes, false, true>>(call, scratch), // Q5_1, Q5_K
+            (Codes::I8, true, false) => tiles::<L, Groups<I8Codes, true, false>>(call, scratch), // Q6_K
+            (Codes::Nibbles { bias: 0 }, false, true) => tiles::<L, Groups<NibbleCodes<0>, false, true>>(call, scratch), // Q4_K
+            (Codes::Nibbles { bias: -4 }, true, false) => tiles::<L, Groups<NibbleCodes<-4>, true, false>>(call, scratch), // Q3_K
+            (Codes::Nibbles { bias: 0 }, true, true) => tiles::<L, Groups<NibbleCodes<0>, true, true>>(call, scratch), // Q2_K
             // tests/kernels.rs runs every type in GgmlType::ALL through here.
             _ => unreachable!("no kernel instance for {f:?}: add one here"),
         }
@@ -486,20 +490,14 @@ unsafe fn by_group_format<L: Lanes16>(
 /// # Safety
 /// As for [`by_type`], with `W` the group type of `w.ty`.
 #[inline(always)]
-unsafe fn tiles<L: Lanes16, W: WeightGroup>(
-    w: &MatRef,
-    act: &Activations,
-    rows: Range<usize>,
-    out: Disjoint<f32>,
-    token_stride: usize,
-    scratch: &mut DecodedScratch,
-) {
+unsafe fn tiles<L: Lanes16, W: WeightGroup>(call: &RowsCall<Activations>, scratch: &mut DecodedScratch) {
     // SAFETY: rows `r..r + nr` are rows of `w` (`rows.end <= w.rows`) and tokens `t..` tokens
     // of `act`, so the row and activation pointers stay in their buffers and `tile` reads what
-    // they hold; `scratch` holds `nr` rows of `cols` f32 and the block's sums; the outputs `t * token_stride + r..`
-    // are in `out` (`check_out`) and this call's alone, and the CPU has `L`'s ISA (this
-    // function's precondition).
+    // they hold; `scratch` holds `nr` rows of `cols` f32 and the block's sums; the outputs
+    // `t * token_stride + r..` are in `out` (`check_out`) and this call's alone, and the CPU
+    // has `L`'s ISA (this function's precondition).
     unsafe {
+        let &RowsCall { w, act, ref rows, out, token_stride } = call;
         let row_bytes = w.row_bytes();
         let cols = act.cols;
         let decoded_rows = L::PREFILL_TILE_ROWS.min(F32Group::PREFILL_TILE_ROWS);

@@ -1,14 +1,13 @@
 //! [`IntLanes`] on one AVX-512 register: VNNI `vpdpbusd`.
 
 use std::arch::x86_64::*;
-use std::ops::Range;
 
 use super::kinds::{Q5K_BLOCK, Q6K_BLOCK, Q6K_SCALES_AT, Q8_0_BLOCK};
 use super::{by_type, chunk_scales, scale_add, wide_chunk_dots, Acts, IntLanes, Kind, PreparedChunk};
 use crate::kernels::kquant::{q4k_scales_mins_x2, Q4K_HEADER};
 use crate::kernels::lanes::{Avx512, Lanes16};
 use crate::kernels::quantize_act::{QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
-use crate::kernels::{Disjoint, MatRef};
+use crate::kernels::RowsCall;
 use crate::tensor::GgmlType;
 
 /// # Safety
@@ -16,10 +15,10 @@ use crate::tensor::GgmlType;
 /// the checks of `matmul_rows_int8` (which makes this call only if `Isa::int8_available`); no
 /// other thread may touch the outputs during the call.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn matmul_rows(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+pub(super) unsafe fn matmul_rows(call: &RowsCall<QuantizedRows>) {
     // SAFETY: the caller's precondition is `by_type`'s, and the CPU has the features this
     // function enables.
-    unsafe { by_type::<Vnni>(w, act, rows, out, token_stride) }
+    unsafe { by_type::<Vnni>(call) }
 }
 
 /// One AVX-512 register of 16 i32 lanes.

@@ -88,7 +88,7 @@ use super::lanes::Lanes16;
 use super::kquant::{q4k_scales_mins, Q4K_HEADER, SUPER_GROUPS};
 use super::packed::{code_bytes, is_int8_packable, layout_row_bytes, reads_blocks_in_place, Layout};
 use super::quantize_act::{narrow_groups, wide_chunks, QuantizedRows, CHUNK_BYTES, CHUNK_GROUPS};
-use super::{check_out, f16_chunk, Disjoint, Isa, MatRef, StreamAhead, GROUP, TOKEN_BLOCK};
+use super::{check_out, f16_chunk, Disjoint, Isa, MatRef, RowsCall, StreamAhead, GROUP, TOKEN_BLOCK};
 use crate::tensor::{GgmlType, KernelGroup};
 
 /// Tokens per tile: a tile is up to 4 rows ([`IntLanes::FOUR_ROW_TILES`]) x `TILE_TOKENS` tokens.
@@ -142,15 +142,16 @@ pub unsafe fn matmul_rows_int8(isa: Isa, w: &MatRef, act: &QuantizedRows, rows: 
     assert!(act.grouped.len() >= act.n_tokens * act.cols);
     assert!(isa.int8_available(), "the {} int8 kernels cannot run on this CPU", isa.name());
     crate::count::mults(rows.len() * act.n_tokens * w.cols);
+    let call = &RowsCall { w, act, rows, out, token_stride };
     // SAFETY: the shapes, the buffer lengths and the CPU's features are checked above; the
     // outputs are this call's alone (this function's precondition).
     unsafe {
         match isa {
-            Isa::Scalar => by_type::<ScalarI32>(w, act, rows, out, token_stride),
+            Isa::Scalar => by_type::<ScalarI32>(call),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => avx2::matmul_rows(w, act, rows, out, token_stride),
+            Isa::Avx2 => avx2::matmul_rows(call),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => avx512::matmul_rows(w, act, rows, out, token_stride),
+            Isa::Avx512 => avx512::matmul_rows(call),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("no SIMD path on this architecture"),
         }
@@ -374,25 +375,26 @@ unsafe fn q6_sub_scales(sub: *const u8, n: usize) -> ([i32; 16], [i32; 16]) {
 /// The CPU must have `D`'s ISA, the arguments must pass the checks of [`matmul_rows_int8`], and
 /// no other thread may touch those elements of `out` during the call.
 #[inline(always)]
-unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+unsafe fn by_type<D: IntLanes>(call: &RowsCall<QuantizedRows>) {
     // SAFETY: `K` is the kind of `w.ty`, so its layout is that of `w`'s rows; the rest is the
     // caller's precondition, which `tiles` asks for too.
     unsafe {
+        let w = call.w;
         match w.ty {
-            GgmlType::Q4_K => tiles::<D, KQ4K>(w, act, rows, out, token_stride),
-            GgmlType::Q5_K if w.layout == Layout::Blocks => tiles::<D, KQ5KBlocks>(w, act, rows, out, token_stride),
-            GgmlType::Q5_K => tiles::<D, KQ5K>(w, act, rows, out, token_stride),
-            GgmlType::Q6_K if w.layout == Layout::Blocks => tiles::<D, KQ6KBlocks>(w, act, rows, out, token_stride),
-            GgmlType::Q6_K => tiles::<D, KQ6K>(w, act, rows, out, token_stride),
-            GgmlType::Q3_K => tiles::<D, KQ3K>(w, act, rows, out, token_stride),
-            GgmlType::Q2_K => tiles::<D, KQ2K>(w, act, rows, out, token_stride),
-            GgmlType::Q5_0 => tiles::<D, KQ5_0>(w, act, rows, out, token_stride),
-            GgmlType::Q5_1 => tiles::<D, KQ5_1>(w, act, rows, out, token_stride),
-            GgmlType::Q8_0 if w.layout == Layout::Blocks => tiles::<D, KQ8_0Blocks>(w, act, rows, out, token_stride),
+            GgmlType::Q4_K => tiles::<D, KQ4K>(call),
+            GgmlType::Q5_K if w.layout == Layout::Blocks => tiles::<D, KQ5KBlocks>(call),
+            GgmlType::Q5_K => tiles::<D, KQ5K>(call),
+            GgmlType::Q6_K if w.layout == Layout::Blocks => tiles::<D, KQ6KBlocks>(call),
+            GgmlType::Q6_K => tiles::<D, KQ6K>(call),
+            GgmlType::Q3_K => tiles::<D, KQ3K>(call),
+            GgmlType::Q2_K => tiles::<D, KQ2K>(call),
+            GgmlType::Q5_0 => tiles::<D, KQ5_0>(call),
+            GgmlType::Q5_1 => tiles::<D, KQ5_1>(call),
+            GgmlType::Q8_0 if w.layout == Layout::Blocks => tiles::<D, KQ8_0Blocks>(call),
             _ => match w.ty.kernel() {
-                KernelGroup::Q4_0 => tiles::<D, KQ4_0>(w, act, rows, out, token_stride),
-                KernelGroup::Q4_1 => tiles::<D, KQ4_1>(w, act, rows, out, token_stride),
-                KernelGroup::Q8_0 => tiles::<D, KQ8_0>(w, act, rows, out, token_stride),
+                KernelGroup::Q4_0 => tiles::<D, KQ4_0>(call),
+                KernelGroup::Q4_1 => tiles::<D, KQ4_1>(call),
+                KernelGroup::Q8_0 => tiles::<D, KQ8_0>(call),
                 _ => unreachable!("checked by is_int8_packable"),
             },
         }
@@ -408,12 +410,13 @@ unsafe fn by_type<D: IntLanes>(w: &MatRef, act: &QuantizedRows, rows: Range<usiz
 /// # Safety
 /// As for [`by_type`], with `K` the kind of `w.ty`.
 #[inline(always)]
-unsafe fn tiles<D: IntLanes, K: Kind>(w: &MatRef, act: &QuantizedRows, rows: Range<usize>, out: Disjoint<f32>, token_stride: usize) {
+unsafe fn tiles<D: IntLanes, K: Kind>(call: &RowsCall<QuantizedRows>) {
     // SAFETY: rows `r..r + nr` are rows of `w` (`rows.end <= w.rows`) and tokens `t..` tokens
     // of `act`, so the row pointers and `Acts::at` stay in their buffers and `tile` reads and
     // writes what they hold; the outputs `t * token_stride + r..` are in `out` (`check_out`)
     // and this call's alone, and the CPU has `D`'s ISA (this function's precondition).
     unsafe {
+        let &RowsCall { w, act, ref rows, out, token_stride } = call;
         debug_assert!(if w.layout == Layout::Blocks { K::BLOCKS == Some(w.ty) } else { K::BLOCKS.is_none() && K::CODE_BYTES == code_bytes(w.ty) });
         let row_bytes = layout_row_bytes(w.ty, w.layout, w.cols);
         let (groups, wide) = (w.cols / GROUP, wide_chunks(w.cols));
