@@ -17,6 +17,25 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def cpu_model() -> str:
+    """The CPU's family and model numbers (``family 6 model 167``): a virtual machine's
+    generic model name can stand for several generations, which these tell apart."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("cpu family", "model") and key not in fields:
+                fields[key] = value.strip()
+            if not line.strip():
+                break
+    except OSError:
+        pass
+    if "cpu family" in fields and "model" in fields:
+        return f"family {fields['cpu family']} model {fields['model']}"
+    return "unknown"
+
+
 def simd() -> str:
     """The widest vector instructions of the CPU that the kernels use: ``avx512_vnni``,
     ``avx512``, ``avx2`` or ``none`` (a virtual machine often hides the CPU's generation from
@@ -39,5 +58,5 @@ def simd() -> str:
 
 
 def machine() -> str:
-    """The CPU's name and its vector instructions, as benchmark output names the machine."""
-    return f"{cpu_name()} ({simd()})"
+    """The CPU's name, model and vector instructions, as benchmark output names the machine."""
+    return f"{cpu_name()} ({cpu_model()}, {simd()})"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from _machine import cpu_name, simd
+from _machine import cpu_model, cpu_name, simd
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benches" / "records"
@@ -57,6 +57,7 @@ def write(benchmark: str, results: dict[str, Any], *, model: Optional[str] = Non
         "benchmark": benchmark,
         "command": command(),
         "cpu": cpu_name(),
+        "cpu_model": cpu_model(),
         "simd": simd(),
         "cpus": os.cpu_count(),
         "commit": _git("rev-parse", "HEAD"),

@@ -91,8 +91,9 @@ def provenance(record: Record) -> str:
     else:
         source = "commit unknown"
     when = record["finished"] or "date not recorded"
+    model = f"{record['cpu_model']}, " if record.get("cpu_model") else ""
     simd = f"{record['simd']}, " if record.get("simd") else ""
-    return f"`{record['command']}` on {record['cpu']} ({simd}{record['cpus']} CPUs); {source}; {when}"
+    return f"`{record['command']}` on {record['cpu']} ({model}{simd}{record['cpus']} CPUs); {source}; {when}"
 
 
 def compare_llamacpp(record: Record) -> str:

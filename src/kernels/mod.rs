@@ -822,23 +822,22 @@ unsafe fn group_weights<L: Lanes16, W: WeightGroup>(row: *const u8, groups: usiz
     unsafe { W::weights_at::<L>(row, groups, g, if W::SCALED { L::splat(d[g % 16]) } else { L::zero() }) }
 }
 
-/// Asks for the cache lines of `p[..n]` to be brought into L2 (a hint: no effect on results).
-/// The lines need not be in an allocation: prefetching never faults.
-#[inline(always)]
-fn prefetch_l2(p: *const u8, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        let mut off = 0;
-        while off < n {
-            // SAFETY: a prefetch reads nothing and never faults, whatever the address (hence
-            // `wrapping_add`); SSE is part of x86_64.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off).cast()) };
-            off += 64;
+/// The CPU's cache line size in bytes as it reports it (CPUID leaf 1, the `CLFLUSH` line
+/// size), 64 where it does not report a power of two between 32 and 256. It spaces the
+/// prefetches of [`StreamAhead`], never a result.
+fn cache_line_bytes() -> usize {
+    static LINE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LINE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // EBX bits 15..8: the line size in units of 8 bytes.
+            let bytes = ((std::arch::x86_64::__cpuid(1).ebx >> 8) & 0xff) as usize * 8;
+            if bytes.is_power_of_two() && (32..=256).contains(&bytes) {
+                return bytes;
+            }
         }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, n);
+        64
+    })
 }
 
 /// Software prefetch a fixed distance ahead of a thread's walk through its weight rows.
@@ -859,6 +858,11 @@ pub(crate) struct StreamAhead {
     next: *const u8,
     /// The end of the thread's rows: nothing past it is asked for.
     end: *const u8,
+    /// The bytes between prefetched addresses: the cache line size (a power of two), read
+    /// from the CPU at run time. Kept a run-time value on purpose: with a compile-time 64 the
+    /// compiler emits a different prefetch loop, with which one-token passes measured
+    /// markedly slower on Intel Xeons (benchmarks.md, "A second Intel Xeon").
+    line: usize,
 }
 
 impl StreamAhead {
@@ -871,7 +875,7 @@ impl StreamAhead {
     pub(crate) fn new(bytes: &[u8]) -> StreamAhead {
         let p = bytes.as_ptr();
         // The first DISTANCE bytes are left to the hardware prefetchers.
-        StreamAhead { next: p.wrapping_add(StreamAhead::DISTANCE.min(bytes.len())), end: p.wrapping_add(bytes.len()) }
+        StreamAhead { next: p.wrapping_add(StreamAhead::DISTANCE.min(bytes.len())), end: p.wrapping_add(bytes.len()), line: cache_line_bytes() }
     }
 
     /// The walk moves on by `bytes`: asks for the lines that bring the prefetched part that
@@ -882,8 +886,17 @@ impl StreamAhead {
         self.next = self.next.wrapping_add(bytes);
         let stop = (self.next as usize).min(self.end as usize);
         // Lines starting in [from, stop); the line holding `from - 1` was asked for before.
-        let line = from.next_multiple_of(64);
-        prefetch_l2(line as *const u8, stop.saturating_sub(line));
+        let mut line = (from + self.line - 1) & !(self.line - 1);
+        while line < stop {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch reads nothing and never faults, whatever the address; SSE is
+            // part of x86_64.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+                _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
+            }
+            line += self.line;
+        }
     }
 
     /// [`StreamAhead::advance`] by piece `i` of `pieces` nearly equal pieces of `bytes` (the
