@@ -328,7 +328,8 @@ def _save(fig: Any, path: Path) -> Path:
 
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    # A legend beside the panels (``fig.legend``) lies outside the figure: widen it to hold it.
+    fig.savefig(path, dpi=110, bbox_inches="tight" if fig.legends else None, metadata={"Software": None})
     plt.close(fig)
     return path
 
@@ -379,14 +380,17 @@ def _model_label(model: str) -> str:
 
 
 def _cpu_label(record: Record) -> str:
-    return f"{vendor(record)} {record.get('simd') or '(SIMD not recorded)'}".strip()
+    """The machine of a record: CPU vendor and SIMD level, and the CPUID family and model
+    where the record has them (two machines of one vendor and level are then told apart)."""
+    model = f" ({record['cpu_model']})" if record.get("cpu_model") else ""
+    return f"{vendor(record)} {record.get('simd') or '(SIMD not recorded)'}{model}".strip()
 
 
 def plot_model_size(chosen: dict[str, list[Record]], path: Path) -> Path:
     """Prefill and decode tokens/s at int8 against the model file's size, at each record's
-    largest thread count: reprolm beside llama.cpp, one series per engine and machine (CPU
-    vendor and SIMD level), so one machine's points are not joined to another's (two machines
-    of one vendor and SIMD level share a series)."""
+    largest thread count: reprolm beside llama.cpp, one series per engine and machine
+    (``_cpu_label``), so one machine's points are not joined to another's (records made
+    before the CPUID model was recorded share a series per vendor and SIMD level)."""
     fig, (prefill, decode) = _figure(2)
     points: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
     for record in chosen.get("compare_llamacpp", []):
@@ -409,8 +413,9 @@ def plot_model_size(chosen: dict[str, list[Record]], path: Path) -> Path:
         ax.set(xscale="log", yscale="log", xlabel="model file (MB)", ylabel="tokens/s",
                title=f"{title} (int8, most threads of the run)")
         ax.grid(alpha=0.3, which="both")
-        if ax.get_lines():
-            ax.legend(fontsize=7)
+    if prefill.get_lines():
+        # One legend for both panels (the same series), beside them rather than over the points.
+        fig.legend(*prefill.get_legend_handles_labels(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return _save(fig, path)
 
 
@@ -427,7 +432,7 @@ def plot_llamacpp_ratio(chosen: dict[str, list[Record]], path: Path) -> Path:
                 label = f"{_model_label(record['model'])}, {r['precision']}, {threads}, {_cpu_label(record)}"
                 rows.append((label, ratio["prefill tok/s"], ratio["decode tok/s"]))
     fig, (ax,) = _figure(1)
-    fig.set_size_inches(8.5, 1.2 + 0.28 * max(len(rows), 1))
+    fig.set_size_inches(9.5, 1.2 + 0.28 * max(len(rows), 1))
     ys = list(range(len(rows)))[::-1]
     ax.barh([y + 0.2 for y in ys], [p for _, p, _ in rows], height=0.4, label="prefill")
     ax.barh([y - 0.2 for y in ys], [d for _, _, d in rows], height=0.4, label="decode")
