@@ -95,9 +95,15 @@ pub(crate) trait Kind {
     #[cfg(target_arch = "x86_64")]
     fn vnni_words(w: &Self::W<Vnni>) -> (&[__m512i; 8], Option<(&__m512, &__m512)>);
     /// The narrow last chunk: codes, and per-lane dots (`sums`: per-lane activation sums).
+    /// Rows of super-blocks (the K-quants) always end on a full chunk: they keep the default
+    /// methods, which are never called.
     type T<D: IntLanes>: Copy;
-    unsafe fn prep_tail<D: IntLanes>(codes: *const u8, n: usize) -> Self::T<D>;
-    unsafe fn psum<D: IntLanes>(w: &Self::T<D>, x: *const i8, sums: *const i32) -> D;
+    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> Self::T<D> {
+        unreachable!("rows of super-blocks have no narrow chunk")
+    }
+    unsafe fn psum<D: IntLanes>(_w: &Self::T<D>, _x: *const i8, _sums: *const i32) -> D {
+        unreachable!("rows of super-blocks have no narrow chunk")
+    }
     /// `log2` of the bias of the unsigned codes the SIMD dot products take, whose
     /// `bias * qsum_x` is subtracted after: Q4_0's nibbles are `q + 8`, Q8_0's bytes are
     /// biased by 128 for `vpdpbusd`; Q4_1's nibbles are the codes.
@@ -344,12 +350,6 @@ impl Kind for KQ4K {
         unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), Q4K_HEADER, n) }
     }
     type T<D: IntLanes> = D::T4;
-    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
-    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
 }
 
 /// Q5_K: Q4_K's arithmetic on 5-bit codes (`[G][20]` code bytes, then Q4_K's headers).
@@ -385,12 +385,6 @@ impl Kind for KQ5K {
         unsafe { D::q4k_scales(s.add(Q4K_HEADER * (g0 / SUPER_GROUPS)), Q4K_HEADER, n) }
     }
     type T<D: IntLanes> = D::T4;
-    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
-    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
 }
 
 /// Q6_K: the sub-block scales folded into the integer sum, `d_w = d` of the super-block
@@ -428,12 +422,6 @@ impl Kind for KQ6K {
         unsafe { (D::q6k_scales(s.add(2 * groups + 2 * (g0 / SUPER_GROUPS)), 2, n), <D::F as Lanes16>::zero()) }
     }
     type T<D: IntLanes> = D::T4;
-    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
-    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
 }
 
 /// Bytes of one Q5_K super-block: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and mins (the
@@ -488,12 +476,6 @@ impl Kind for KQ5KBlocks {
         unsafe { D::q4k_scales(Self::codes(row, g0), Q5K_BLOCK, n) }
     }
     type T<D: IntLanes> = D::T4;
-    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
-    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
 }
 
 /// Bytes of one Q6_K super-block: `ql[128]` (low 4 bits), `qh[64]` (bits 4 and 5), 16 i8
@@ -554,12 +536,6 @@ impl Kind for KQ6KBlocks {
         unsafe { (D::q6k_scales(Self::codes(row, g0).add(Q6K_D_AT), Q6K_BLOCK, n), <D::F as Lanes16>::zero()) }
     }
     type T<D: IntLanes> = D::T4;
-    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
-    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
 }
 
 /// The chunk of `n` (8 or 16) groups of the super-blocks of `ty` (Q5_K or Q6_K) at `blocks`
@@ -745,12 +721,6 @@ impl Kind for KQ3K {
         }
     }
     type T<D: IntLanes> = D::T4;
-    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
-    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
 }
 
 /// Q2_K: Q6_K's arithmetic on 2-bit codes with 4-bit sub-block scales, and the sub-block
@@ -822,10 +792,4 @@ impl Kind for KQ2K {
         }
     }
     type T<D: IntLanes> = D::T4;
-    unsafe fn prep_tail<D: IntLanes>(_codes: *const u8, _n: usize) -> D::T4 {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
-    unsafe fn psum<D: IntLanes>(_w: &D::T4, _x: *const i8, _sums: *const i32) -> D {
-        unreachable!("K-quant rows have no narrow chunk")
-    }
 }
