@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 from pathlib import Path
 
 
+@functools.lru_cache(maxsize=1)
 def _first_cpu() -> dict[str, str]:
-    """The fields of the first processor in ``/proc/cpuinfo`` (empty where there is none)."""
+    """The fields of the first processor in ``/proc/cpuinfo`` (empty where there is none),
+    read once per process: the name, the model and the vector instructions all come from it."""
     fields: dict[str, str] = {}
     try:
         text = Path("/proc/cpuinfo").read_text()
